@@ -1,0 +1,100 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vigil-fleet/vigil/vigilclient"
+)
+
+// URLDefault is the server the client commands talk to when neither
+// --server nor VIGIL_URL says otherwise.
+const URLDefault = "http://127.0.0.1:7711"
+
+// clientFlags are shared by every command that talks to a server.
+type clientFlags struct {
+	server    string
+	tokenFile string
+	json      bool
+}
+
+func (f *clientFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.server, "server", envOr("VIGIL_URL", URLDefault),
+		"vigil server URL; several comma-separated URLs are tried in turn (env VIGIL_URL)")
+	fs.StringVar(&f.tokenFile, "token-file", os.Getenv("VIGIL_TOKEN_FILE"),
+		"file holding the server's bearer token (env VIGIL_TOKEN_FILE)")
+	fs.BoolVar(&f.json, "json", false, "print JSON for scripts instead of a table")
+}
+
+func (f *clientFlags) client() (*vigilclient.Client, error) {
+	var opts []vigilclient.Option
+	if f.tokenFile != "" {
+		b, err := os.ReadFile(f.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		opts = append(opts, vigilclient.WithToken(strings.TrimSpace(string(b))))
+	}
+	c, err := vigilclient.New(strings.Split(f.server, ","), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("--server: %w", err)
+	}
+	return c, nil
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// table writes rows aligned in columns under an upper-case header.
+func table(w io.Writer, header []string, rows [][]string) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	return tw.Flush()
+}
+
+// ago renders how long before now t was, e.g. "4s ago", or "-" for nil.
+func ago(t *time.Time, now time.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	d := now.Sub(*t)
+	if d < 0 {
+		d = 0
+	}
+	return humanDuration(d) + " ago"
+}
+
+func humanDuration(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%.0fs", d.Seconds())
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+func orDash[T any](p *T, format func(T) string) string {
+	if p == nil {
+		return "-"
+	}
+	return format(*p)
+}

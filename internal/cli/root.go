@@ -1,0 +1,78 @@
+// Package cli is the vigil command line (cobra), one file per command.
+// Server commands (serve, up) run the daemon in-process; every other command
+// is a client of the HTTP API (--server, env VIGIL_URL).
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit codes.
+const (
+	exitOK       = 0
+	exitFailure  = 1 // the command failed
+	exitNotFound = 3 // the thing asked about does not exist (e.g. `vigil status KIND`)
+)
+
+// exitError makes Main exit with code after printing err.
+type exitError struct {
+	err  error
+	code int
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// Main runs the CLI with args and returns the process exit code.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := NewRoot(stdin, stdout, stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintln(stderr, "vigil:", err)
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return exitFailure
+}
+
+// NewRoot builds the command tree.
+func NewRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "vigil",
+		Short: "Keep watch over a fleet of always-on agent processes",
+		Long: `vigil keeps watch over fleets of always-on agent processes: which process
+instances are up, which tasks each one holds under a lease and whether that
+work progresses, and it restarts what crashes.
+
+Start a server with its example fleet:   vigil up --fleet examples/fleet.yaml
+Then ask it:                             vigil ps; vigil tasks ls; vigil sweepers`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddGroup(
+		&cobra.Group{ID: "server", Title: "Server:"},
+		&cobra.Group{ID: "query", Title: "Processes and tasks:"},
+	)
+	root.AddCommand(
+		newServeCmd(), newUpCmd(),
+		newPsCmd(), newStatusCmd(), newPruneCmd(), newTasksCmd(), newSweepersCmd(),
+	)
+	return root
+}

@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/vigil-fleet/vigil/internal/daemon"
+	"github.com/vigil-fleet/vigil/internal/lease"
+)
+
+// serverFlags are the flags shared by serve and up.
+type serverFlags struct {
+	db            string
+	addr          string
+	tokenFile     string
+	leaseTimeout  time.Duration
+	sweepInterval time.Duration
+	logLevel      string
+	logFormat     string
+}
+
+func (f *serverFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.db, "db", envOr("VIGIL_DB", daemon.DBPathDefault),
+		"SQLite database file, created if missing (env VIGIL_DB)")
+	fs.StringVar(&f.addr, "addr", envOr("VIGIL_ADDR", daemon.AddrDefault),
+		"HOST:PORT to serve the API on; a non-loopback address needs --token-file (env VIGIL_ADDR)")
+	fs.StringVar(&f.tokenFile, "token-file", os.Getenv("VIGIL_TOKEN_FILE"),
+		"file holding a bearer token (16+ chars) required on every endpoint but /healthz (env VIGIL_TOKEN_FILE)")
+	fs.DurationVar(&f.leaseTimeout, "lease-timeout", lease.LeaseTimeoutDefault,
+		"reclaim a task lease after this long without a lease heartbeat (DESIGN T3)")
+	fs.DurationVar(&f.sweepInterval, "sweep-interval", daemon.SweepIntervalDefault,
+		"how often the lease reclaimer runs; a stopped holder loses its task within this")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+}
+
+// config validates the flags and returns the daemon config and logger.
+func (f *serverFlags) config(cmd *cobra.Command) (daemon.Config, *slog.Logger, error) {
+	logger, err := newLogger(cmd, f.logLevel, f.logFormat)
+	if err != nil {
+		return daemon.Config{}, nil, err
+	}
+	if f.leaseTimeout <= 0 {
+		return daemon.Config{}, nil, fmt.Errorf("--lease-timeout must be positive, got %s", f.leaseTimeout)
+	}
+	if f.sweepInterval <= 0 {
+		return daemon.Config{}, nil, fmt.Errorf("--sweep-interval must be positive, got %s", f.sweepInterval)
+	}
+	return daemon.Config{
+		DBPath: f.db, Addr: f.addr, TokenFile: f.tokenFile,
+		LeaseTimeout: f.leaseTimeout, SweepInterval: f.sweepInterval, Logger: logger,
+	}, logger, nil
+}
+
+func newServeCmd() *cobra.Command {
+	var f serverFlags
+	cmd := &cobra.Command{
+		Use:     "serve",
+		GroupID: "server",
+		Short:   "Run the vigil server: HTTP API and lease sweepers on an embedded SQLite store",
+		Long: `Run the vigil server: the HTTP JSON API under /v1 (docs/api.md), /healthz,
+and the lease reclaimer, on an embedded SQLite store (WAL). Migrations run at start.
+
+Agents register and heartbeat against it with the Go client (vigilclient) or
+plain HTTP. Stop it with Ctrl-C or SIGTERM.`,
+		Example: `  vigil serve
+  vigil serve --db /var/lib/vigil/vigil.db --addr 127.0.0.1:7711
+  vigil serve --addr 0.0.0.0:7711 --token-file /etc/vigil/token`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, _, err := f.config(cmd)
+			if err != nil {
+				return err
+			}
+			d, err := daemon.New(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			return d.Run(cmd.Context())
+		},
+	}
+	f.register(cmd.Flags())
+	return cmd
+}
+
+func newLogger(cmd *cobra.Command, level, format string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: must be debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch strings.ToLower(format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: must be text or json", format)
+}
+
+func envOr(name, def string) string { return cmp.Or(os.Getenv(name), def) }

@@ -1,0 +1,252 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vigil-fleet/vigil/vigilclient"
+	"github.com/vigil-fleet/vigil/vigiltype"
+)
+
+func newTasksCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "tasks",
+		GroupID: "query",
+		Short:   "Enqueue and inspect tasks in the outbox",
+		Long: `Tasks are units of work claimed by one process instance at a time under a
+lease (DESIGN T1–T3). States: scheduled → running → completed; a failure goes
+back to scheduled with backoff, or to dead_letter after max_attempts; a lease
+whose holder died is reclaimed (counted in RECLAIMS) and past max_reclaims
+dead-lettered.`,
+	}
+	cmd.AddCommand(newTasksAddCmd(), newTasksLsCmd(), newTasksShowCmd())
+	return cmd
+}
+
+func newTasksAddCmd() *cobra.Command {
+	var (
+		cf          clientFlags
+		payload     string
+		maxAttempts int
+		maxReclaims int
+		p           vigilclient.EnqueueParams
+	)
+	cmd := &cobra.Command{
+		Use:   "add TYPE",
+		Short: "Enqueue a task of TYPE",
+		Example: `  vigil tasks add sleep --payload '{"seconds":5}'
+  vigil tasks add report --max-attempts 3 --delay 10m --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p.TaskType = args[0]
+			if payload != "" {
+				if !json.Valid([]byte(payload)) {
+					return fmt.Errorf("--payload: must be valid JSON, got %q", payload)
+				}
+				p.Payload = json.RawMessage(payload)
+			}
+			if cmd.Flags().Changed("max-attempts") {
+				if maxAttempts < 1 {
+					return fmt.Errorf("--max-attempts must be at least 1, got %d", maxAttempts)
+				}
+				p.MaxAttempts = maxAttempts
+			}
+			if cmd.Flags().Changed("max-reclaims") {
+				p.MaxReclaims = &maxReclaims
+			}
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			t, err := c.Enqueue(cmd.Context(), p)
+			if err != nil {
+				return err
+			}
+			if cf.json {
+				return printJSON(cmd.OutOrStdout(), t)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "enqueued task %d (%s)\n", t.TaskID, t.TaskType)
+			return nil
+		},
+	}
+	cf.register(cmd)
+	fs := cmd.Flags()
+	fs.StringVar(&payload, "payload", "", "task payload as JSON (default {})")
+	fs.IntVar(&maxAttempts, "max-attempts", 5, "handler failures before dead_letter")
+	fs.IntVar(&maxReclaims, "max-reclaims", 3, "reclaims from dead holders before dead_letter")
+	fs.DurationVar(&p.LeaseTimeout, "lease-timeout", 0, "this task's lease window (default: the server's --lease-timeout)")
+	fs.DurationVar(&p.Delay, "delay", 0, "make the task claimable only after this long")
+	return cmd
+}
+
+func newTasksLsCmd() *cobra.Command {
+	var (
+		cf     clientFlags
+		status string
+		p      vigilclient.ListTasksParams
+	)
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List tasks, newest first",
+		Example: `  vigil tasks ls
+  vigil tasks ls --status running
+  vigil tasks ls --status dead_letter --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if status != "" && !vigiltype.TaskStatus(status).Valid() {
+				return fmt.Errorf("--status %q: must be one of scheduled, running, completed, dead_letter", status)
+			}
+			p.Status = vigiltype.TaskStatus(status)
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			page, err := c.ListTasks(cmd.Context(), p)
+			if err != nil {
+				return err
+			}
+			if cf.json {
+				return printJSON(cmd.OutOrStdout(), struct {
+					Tasks      []vigiltype.Task `json:"tasks"`
+					NextCursor *string          `json:"next_cursor"`
+				}{page.Tasks, nilIfEmpty(page.NextCursor)})
+			}
+			if err := taskTable(cmd, page.Tasks); err != nil {
+				return err
+			}
+			if page.NextCursor != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "more: vigil tasks ls --cursor %s\n", page.NextCursor)
+			}
+			return nil
+		},
+	}
+	cf.register(cmd)
+	fs := cmd.Flags()
+	fs.StringVar(&status, "status", "", "only tasks in this state: scheduled, running, completed or dead_letter")
+	fs.StringVar(&p.TaskType, "type", "", "only tasks of this type")
+	fs.IntVar(&p.Limit, "limit", 50, "rows per page, 1–1000")
+	fs.StringVar(&p.Cursor, "cursor", "", "next_cursor from the previous page")
+	return cmd
+}
+
+func newTasksShowCmd() *cobra.Command {
+	var cf clientFlags
+	cmd := &cobra.Command{
+		Use:     "show ID",
+		Short:   "Show one task with its lease and result",
+		Example: `  vigil tasks show 42 --json`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil || id <= 0 {
+				return fmt.Errorf("task ID %q: must be a positive integer", args[0])
+			}
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			t, err := c.GetTask(cmd.Context(), id)
+			if err != nil {
+				if errorsIsNotFound(err) {
+					return &exitError{err: fmt.Errorf("no task %d", id), code: exitNotFound}
+				}
+				return err
+			}
+			if cf.json {
+				return printJSON(cmd.OutOrStdout(), t)
+			}
+			return taskDetail(cmd, t)
+		},
+	}
+	cf.register(cmd)
+	return cmd
+}
+
+func taskTable(cmd *cobra.Command, tasks []vigiltype.Task) error {
+	now := time.Now()
+	rows := make([][]string, 0, len(tasks))
+	for _, t := range tasks {
+		rows = append(rows, []string{
+			strconv.FormatInt(t.TaskID, 10), t.TaskType, string(t.Status),
+			fmt.Sprintf("%d/%d", t.Attempts, t.MaxAttempts), fmt.Sprintf("%d/%d", t.Reclaims, t.MaxReclaims),
+			orDash(t.LeaseOwner, func(s string) string { return s }), strconv.FormatInt(t.LeaseEpoch, 10),
+			ago(t.LastHeartbeatAt, now), ago(&t.CreatedAt, now),
+		})
+	}
+	return table(cmd.OutOrStdout(),
+		[]string{"ID", "TYPE", "STATUS", "ATTEMPTS", "RECLAIMS", "LEASE OWNER", "EPOCH", "LEASE HEARTBEAT", "CREATED"}, rows)
+}
+
+func taskDetail(cmd *cobra.Command, t *vigiltype.Task) error {
+	now := time.Now()
+	str := func(s string) string { return s }
+	ts := func(v time.Time) string { return v.Format(time.RFC3339Nano) }
+	rows := [][]string{
+		{"task_id", strconv.FormatInt(t.TaskID, 10)},
+		{"task_type", t.TaskType},
+		{"status", string(t.Status)},
+		{"payload", string(t.Payload)},
+		{"attempts", fmt.Sprintf("%d of %d", t.Attempts, t.MaxAttempts)},
+		{"reclaims", fmt.Sprintf("%d of %d", t.Reclaims, t.MaxReclaims)},
+		{"lease_owner", orDash(t.LeaseOwner, str)},
+		{"lease_epoch", strconv.FormatInt(t.LeaseEpoch, 10)},
+		{"lease_expires_at", orDash(t.LeaseExpiresAt, ts)},
+		{"last_heartbeat_at", ago(t.LastHeartbeatAt, now)},
+		{"started_at", orDash(t.StartedAt, ts)},
+		{"run_after", ts(t.RunAfter)},
+		{"created_at", ts(t.CreatedAt)},
+		{"completed_at", orDash(t.CompletedAt, ts)},
+		{"completed_by", orDash(t.CompletedBy, str)},
+		{"result", string(t.Result)},
+		{"last_error", orDash(t.LastError, str)},
+	}
+	if len(t.Result) == 0 {
+		rows[15][1] = "-"
+	}
+	return table(cmd.OutOrStdout(), []string{"FIELD", "VALUE"}, rows)
+}
+
+func errorsIsNotFound(err error) bool { return errors.Is(err, vigiltype.ErrNotFound) }
+
+func newSweepersCmd() *cobra.Command {
+	var cf clientFlags
+	cmd := &cobra.Command{
+		Use:     "sweepers",
+		GroupID: "query",
+		Short:   "Show the server's background loops and their last pass",
+		Long: `Show the server's sweepers (background loops such as the lease reclaimer) in
+the list_agents / agent_status shape: kind "sweeper", last_run_at,
+last_result_count, last_run_duration_ms, last_error.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			list, err := c.Sweepers(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if cf.json {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"sweepers": list})
+			}
+			now := time.Now()
+			rows := make([][]string, 0, len(list))
+			for _, s := range list {
+				rows = append(rows, []string{
+					s.Name, s.Kind, fmt.Sprintf("%gs", s.IntervalS), ago(s.LastRunAt, now),
+					strconv.Itoa(s.LastResultCount), fmt.Sprintf("%.1fms", s.LastRunDurationMS),
+					orDash(s.LastError, func(s string) string { return s }),
+				})
+			}
+			return table(cmd.OutOrStdout(), []string{"NAME", "KIND", "INTERVAL", "LAST RUN", "RESULT", "DURATION", "LAST ERROR"}, rows)
+		},
+	}
+	cf.register(cmd)
+	return cmd
+}

@@ -1,0 +1,103 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vigil-fleet/vigil/internal/daemon"
+	"github.com/vigil-fleet/vigil/internal/supervisor"
+)
+
+// FleetFileDefault is the fleet file `vigil up` reads when --fleet is not given.
+const FleetFileDefault = "fleet.yaml"
+
+func newUpCmd() *cobra.Command {
+	var (
+		f         serverFlags
+		fleetPath string
+		backoff   supervisor.BackoffPolicy
+		stopGrace time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:     "up",
+		GroupID: "server",
+		Short:   "Run the server and supervise a fleet of agents in one process",
+		Long: `Run the vigil server (as 'vigil serve') and launch every agent of a fleet
+file as a child in its own process group, with VIGIL_URL pointing at this
+server and VIGIL_KIND set to the agent's name. Every exit, code 0 included, is
+followed by a restart after a backoff (DESIGN S1–S2): 5s, doubled while runs
+last under 30s, capped at 300s, back to 5s after a run of 30s or more.
+
+Ctrl-C (or SIGTERM) stops every agent — SIGTERM to its process group, then
+SIGKILL after --stop-grace — and then the server.
+
+Fleet file:
+  agents:
+    - name: worker-1                       # also its VIGIL_KIND
+      command: ["go", "run", "./examples/worker"]
+      env: {VIGIL_WORKER_1_LIVENESS_INTERVAL: "5s"}
+      dir: ".."                            # relative to the fleet file`,
+		Example: `  vigil up --fleet examples/fleet.yaml
+  vigil up --fleet fleet.yaml --db /var/lib/vigil/vigil.db --backoff-min 1s`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, logger, err := f.config(cmd)
+			if err != nil {
+				return err
+			}
+			fleet, err := supervisor.LoadFleet(fleetPath)
+			if err != nil {
+				if errors.Is(err, os.ErrNotExist) {
+					return fmt.Errorf("--fleet %s: no such file (the bundled example is examples/fleet.yaml)", fleetPath)
+				}
+				return fmt.Errorf("--fleet %s: %w", fleetPath, err)
+			}
+			extraEnv := map[string]string{}
+			if f.tokenFile != "" {
+				abs, err := filepath.Abs(f.tokenFile)
+				if err != nil {
+					return fmt.Errorf("--token-file: %w", err)
+				}
+				extraEnv["VIGIL_TOKEN_FILE"] = abs
+			}
+			ctx := cmd.Context()
+			d, err := daemon.New(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			extraEnv["VIGIL_URL"] = d.URL()
+			sup, err := supervisor.New(supervisor.Config{
+				Agents: fleet.Agents, ExtraEnv: extraEnv, Backoff: backoff, StopGrace: stopGrace,
+				Logger: logger, Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
+			})
+			if err != nil {
+				_ = d.Stop()
+				return fmt.Errorf("--fleet %s: %w", fleetPath, err)
+			}
+			d.Start(ctx)
+			logger.Info("supervising fleet", "fleet", fleetPath, "agents", len(fleet.Agents))
+			supErr := sup.Run(ctx)
+			// The agents are down (they mark their instances exited on the
+			// way out); now the server.
+			stopErr := d.Stop()
+			if supErr != nil && !errors.Is(supErr, context.Canceled) {
+				return errors.Join(supErr, stopErr)
+			}
+			return stopErr
+		},
+	}
+	f.register(cmd.Flags())
+	fs := cmd.Flags()
+	fs.StringVar(&fleetPath, "fleet", FleetFileDefault, "fleet file (YAML) listing the agents to run")
+	fs.DurationVar(&backoff.Min, "backoff-min", supervisor.BackoffMinDefault, "restart delay after an exit (DESIGN S2)")
+	fs.DurationVar(&backoff.FastFailure, "backoff-fast-failure", supervisor.FastFailureDefault, "a run shorter than this doubles the next delay")
+	fs.DurationVar(&backoff.Max, "backoff-max", supervisor.BackoffMaxDefault, "cap on the restart delay")
+	fs.DurationVar(&stopGrace, "stop-grace", supervisor.StopGraceDefault, "time between SIGTERM and SIGKILL when stopping an agent")
+	return cmd
+}

@@ -1,0 +1,205 @@
+// Package daemon is the one place that opens a store, wires the services to
+// it, starts the sweepers and the HTTP server, and stops them in order.
+package daemon
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/vigil-fleet/vigil/internal/clock"
+	"github.com/vigil-fleet/vigil/internal/httpapi"
+	"github.com/vigil-fleet/vigil/internal/lease"
+	"github.com/vigil-fleet/vigil/internal/liveness"
+	"github.com/vigil-fleet/vigil/internal/store"
+	"github.com/vigil-fleet/vigil/internal/store/sqlitestore"
+	"github.com/vigil-fleet/vigil/internal/sweeper"
+)
+
+// Defaults for Config; the CLI flags show the same values.
+const (
+	// AddrDefault is where the API listens: loopback only.
+	AddrDefault = "127.0.0.1:7711"
+	// DBPathDefault is the embedded SQLite file, relative to the working directory.
+	DBPathDefault = "vigil.db"
+	// SweepIntervalDefault is how often the lease reclaimer runs. A holder
+	// that shows stopped loses its task within this long.
+	SweepIntervalDefault = 5 * time.Second
+	// ShutdownGrace bounds how long in-flight requests may finish at stop.
+	ShutdownGrace = 10 * time.Second
+)
+
+// Config configures a Daemon. Zero fields take the defaults above and those
+// of package lease.
+type Config struct {
+	DBPath        string        // SQLite file (VIGIL_DB)
+	Addr          string        // HOST:PORT; port 0 picks a free one
+	TokenFile     string        // file holding the bearer token; empty = no auth (loopback only)
+	LeaseTimeout  time.Duration // lease window without heartbeat (lease.LeaseTimeoutDefault)
+	SweepInterval time.Duration // lease reclaimer period (SweepIntervalDefault)
+	Clock         clock.Clock   // clock.Real when nil
+	Logger        *slog.Logger  // slog.Default() when nil
+}
+
+// Daemon is a running vigil server.
+type Daemon struct {
+	cfg      Config
+	store    store.Store
+	Liveness *liveness.Service
+	Lease    *lease.Service
+	sweepers []*sweeper.Sweeper
+	listener net.Listener
+	server   *http.Server
+	served   chan error
+}
+
+// New validates cfg, opens the store (running migrations), wires the
+// services and binds the listener; nothing runs until Start.
+func New(ctx context.Context, cfg Config) (*Daemon, error) {
+	cfg.DBPath = cmp.Or(cfg.DBPath, DBPathDefault)
+	cfg.Addr = cmp.Or(cfg.Addr, AddrDefault)
+	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, SweepIntervalDefault)
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.SweepInterval < 0 {
+		return nil, fmt.Errorf("--sweep-interval must be positive, got %s", cfg.SweepInterval)
+	}
+	if cfg.LeaseTimeout < 0 {
+		return nil, fmt.Errorf("--lease-timeout must be positive, got %s", cfg.LeaseTimeout)
+	}
+	token, err := readToken(cfg.TokenFile)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkExposure(cfg.Addr, token); err != nil {
+		return nil, err
+	}
+
+	st, err := sqlitestore.Open(ctx, cfg.DBPath)
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", cfg.DBPath, err)
+	}
+	d := &Daemon{cfg: cfg, store: st}
+	d.Liveness = liveness.New(st, cfg.Clock)
+	d.Lease, err = lease.New(lease.Config{Store: st, Liveness: d.Liveness, Clock: cfg.Clock, LeaseTimeout: cfg.LeaseTimeout})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	reclaimer, err := sweeper.New(sweeper.Config{
+		Name: "lease_reclaimer", Interval: cfg.SweepInterval, Pass: d.Lease.Reclaim,
+		Store: st, Clock: cfg.Clock, Logger: cfg.Logger,
+	})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	d.sweepers = append(d.sweepers, reclaimer)
+
+	d.listener, err = net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	d.server = &http.Server{
+		Handler: httpapi.New(httpapi.Config{
+			Liveness: d.Liveness, Lease: d.Lease, Store: st, Logger: cfg.Logger, Token: token,
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	return d, nil
+}
+
+// Addr is the address the API listens on (with the real port when 0 was asked).
+func (d *Daemon) Addr() string { return d.listener.Addr().String() }
+
+// URL is the API's base URL, e.g. http://127.0.0.1:7711.
+func (d *Daemon) URL() string { return "http://" + d.Addr() }
+
+// Store is the daemon's open store (for tests and in-process tools).
+func (d *Daemon) Store() store.Store { return d.store }
+
+// Start serves the API and starts the sweepers; they run until Stop.
+func (d *Daemon) Start(ctx context.Context) {
+	d.served = make(chan error, 1)
+	go func() { d.served <- d.server.Serve(d.listener) }()
+	for _, s := range d.sweepers {
+		s.Start(ctx)
+	}
+	d.cfg.Logger.Info("vigil serving", "url", d.URL(), "db", d.cfg.DBPath,
+		"lease_timeout", d.Lease.LeaseTimeout(), "sweep_interval", d.cfg.SweepInterval)
+}
+
+// Stop stops the sweepers, lets in-flight requests finish (ShutdownGrace),
+// and closes the store.
+func (d *Daemon) Stop() error {
+	for _, s := range d.sweepers {
+		s.Stop()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ShutdownGrace)
+	defer cancel()
+	err := d.server.Shutdown(ctx)
+	if d.served != nil {
+		if serr := <-d.served; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+			err = errors.Join(err, serr)
+		}
+	}
+	return errors.Join(err, d.store.Close())
+}
+
+// Run starts the daemon and blocks until ctx ends or the server fails.
+func (d *Daemon) Run(ctx context.Context) error {
+	d.Start(ctx)
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-d.served:
+		d.served <- serveErr // Stop reads it again
+	}
+	return errors.Join(serveErr, d.Stop())
+}
+
+func readToken(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if len(token) < 16 {
+		return "", fmt.Errorf("--token-file %s: the token must be at least 16 characters", path)
+	}
+	return token, nil
+}
+
+// checkExposure refuses a non-loopback listen address without a token.
+func checkExposure(addr, token string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--addr %q: must be HOST:PORT: %w", addr, err)
+	}
+	if token != "" {
+		return nil
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("--addr %q is not a loopback address: refusing to serve without --token-file", addr)
+}

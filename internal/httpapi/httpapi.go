@@ -1,0 +1,439 @@
+// Package httpapi serves vigil's JSON API under /v1 (docs/api.md). Handlers
+// are thin: they decode, call the liveness and lease services, and encode.
+// Every error leaves as {"error":{"code","message"}}; a server fault's text
+// stays in the log and the body says only "internal error".
+package httpapi
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vigil-fleet/vigil/internal/lease"
+	"github.com/vigil-fleet/vigil/internal/liveness"
+	"github.com/vigil-fleet/vigil/internal/store"
+	"github.com/vigil-fleet/vigil/vigiltype"
+)
+
+// BodyMaxBytes bounds every request body (1 MiB).
+const BodyMaxBytes = 1 << 20
+
+// InstanceTokenHeader carries the instance token on every write made on
+// behalf of an instance (DESIGN L2).
+const InstanceTokenHeader = "X-Vigil-Instance-Token"
+
+// Config wires the API to its services.
+type Config struct {
+	Liveness *liveness.Service
+	Lease    *lease.Service
+	Store    store.Store // sweeper status reads
+	Logger   *slog.Logger
+	// Token, when set, is required as "Authorization: Bearer <Token>" on
+	// every endpoint but /healthz.
+	Token string
+}
+
+type api struct {
+	Config
+}
+
+// New returns the API's http.Handler.
+func New(cfg Config) http.Handler {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	a := &api{Config: cfg}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", a.healthz)
+
+	mux.HandleFunc("POST /v1/processes", a.processRegister)
+	mux.HandleFunc("GET /v1/processes", a.processList)
+	mux.HandleFunc("POST /v1/processes/prune", a.processPrune)
+	mux.HandleFunc("GET /v1/processes/{id}", a.processGet)
+	mux.HandleFunc("POST /v1/processes/{id}/heartbeat", a.processHeartbeat)
+	mux.HandleFunc("POST /v1/processes/{id}/exit", a.processExit)
+	mux.HandleFunc("GET /v1/process-status/{kind}", a.processStatus)
+
+	mux.HandleFunc("POST /v1/tasks", a.taskEnqueue)
+	mux.HandleFunc("GET /v1/tasks", a.taskList)
+	mux.HandleFunc("POST /v1/tasks/claim", a.taskClaim)
+	mux.HandleFunc("GET /v1/tasks/{id}", a.taskGet)
+	mux.HandleFunc("POST /v1/tasks/{id}/{op}", a.taskLeaseOp)
+
+	mux.HandleFunc("GET /v1/sweepers", a.sweepers)
+	return a.middleware(mux)
+}
+
+// middleware: panic recovery, server token, body limit, request log, and
+// the JSON error shape for the mux's own 404s and 405s.
+func (a *api) middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		defer func() {
+			if p := recover(); p != nil {
+				a.Logger.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", p)
+				writeError(rec, http.StatusInternalServerError, "internal", "internal error")
+			}
+			a.Logger.Debug("http", "method", r.Method, "path", r.URL.Path, "status", rec.status,
+				"duration_ms", float64(time.Since(start).Microseconds())/1000)
+		}()
+		if a.Token != "" && r.URL.Path != "/healthz" && !a.authorized(r) {
+			writeError(rec, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token (Authorization: Bearer <token>)")
+			return
+		}
+		r.Body = http.MaxBytesReader(rec, r.Body, BodyMaxBytes)
+		next.ServeHTTP(&muxErrorWriter{statusRecorder: rec, route: r.Method + " " + r.URL.Path}, r)
+	})
+}
+
+func (a *api) authorized(r *http.Request) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(a.Token)) == 1
+}
+
+func (a *api) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// --- processes ---
+
+func (a *api) processRegister(w http.ResponseWriter, r *http.Request) {
+	var p liveness.RegisterParams
+	if !a.decode(w, r, &p) {
+		return
+	}
+	reg, err := a.Liveness.Register(r.Context(), p)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, reg)
+}
+
+func (a *api) processHeartbeat(w http.ResponseWriter, r *http.Request) {
+	p, err := a.Liveness.Heartbeat(r.Context(), r.PathValue("id"), r.Header.Get(InstanceTokenHeader))
+	a.respond(w, r, p, err)
+}
+
+func (a *api) processExit(w http.ResponseWriter, r *http.Request) {
+	p, err := a.Liveness.Exit(r.Context(), r.PathValue("id"), r.Header.Get(InstanceTokenHeader))
+	a.respond(w, r, p, err)
+}
+
+func (a *api) processGet(w http.ResponseWriter, r *http.Request) {
+	p, err := a.Liveness.Get(r.Context(), r.PathValue("id"))
+	a.respond(w, r, p, err)
+}
+
+func (a *api) processStatus(w http.ResponseWriter, r *http.Request) {
+	p, err := a.Liveness.Latest(r.Context(), r.PathValue("kind"))
+	a.respond(w, r, p, err)
+}
+
+func (a *api) processList(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, ok := a.queryInt(w, r, "limit")
+	if !ok {
+		return
+	}
+	procs, next, err := a.Liveness.List(r.Context(), liveness.ListParams{
+		Kind: q.Get("kind"), Host: q.Get("host"), Status: q.Get("status"),
+		Limit: limit, Cursor: q.Get("cursor"),
+	})
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if procs == nil {
+		procs = []*vigiltype.Process{}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Processes  []*vigiltype.Process `json:"processes"`
+		NextCursor *string              `json:"next_cursor"`
+	}{procs, optString(next)})
+}
+
+func (a *api) processPrune(w http.ResponseWriter, r *http.Request) {
+	var p struct {
+		OlderThanS float64 `json:"older_than_s"`
+	}
+	if !a.decode(w, r, &p) {
+		return
+	}
+	if err := liveness.CheckInterval("older_than_s", p.OlderThanS, 100*365*86400); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	n, err := a.Liveness.Prune(r.Context(), time.Duration(p.OlderThanS*float64(time.Second)))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int64{"deleted": n})
+}
+
+// --- tasks ---
+
+func (a *api) taskEnqueue(w http.ResponseWriter, r *http.Request) {
+	var p lease.EnqueueParams
+	if !a.decode(w, r, &p) {
+		return
+	}
+	t, err := a.Lease.Enqueue(r.Context(), p)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, t)
+}
+
+func (a *api) taskList(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, ok := a.queryInt(w, r, "limit")
+	if !ok {
+		return
+	}
+	before, ok := a.queryInt(w, r, "cursor")
+	if !ok {
+		return
+	}
+	tasks, next, err := a.Lease.List(r.Context(), lease.ListParams{
+		Status: q.Get("status"), TaskType: q.Get("type"), Limit: limit, BeforeID: int64(before),
+	})
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if tasks == nil {
+		tasks = []*vigiltype.Task{}
+	}
+	var nextCursor *string
+	if next != 0 {
+		nextCursor = optString(strconv.FormatInt(next, 10))
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Tasks      []*vigiltype.Task `json:"tasks"`
+		NextCursor *string           `json:"next_cursor"`
+	}{tasks, nextCursor})
+}
+
+func (a *api) taskGet(w http.ResponseWriter, r *http.Request) {
+	id, ok := a.taskID(w, r)
+	if !ok {
+		return
+	}
+	t, err := a.Lease.Get(r.Context(), id)
+	a.respond(w, r, t, err)
+}
+
+func (a *api) taskClaim(w http.ResponseWriter, r *http.Request) {
+	var p struct {
+		InstanceID string   `json:"instance_id"`
+		TaskTypes  []string `json:"task_types"`
+	}
+	if !a.decode(w, r, &p) {
+		return
+	}
+	if p.InstanceID == "" {
+		a.fail(w, r, vigiltype.Invalid("instance_id", "is required"))
+		return
+	}
+	t, err := a.Lease.Claim(r.Context(), p.InstanceID, r.Header.Get(InstanceTokenHeader), p.TaskTypes)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if t == nil {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	writeJSON(w, http.StatusOK, t)
+}
+
+// leaseRequest is the body of every call on a claimed task.
+type leaseRequest struct {
+	InstanceID  string          `json:"instance_id"`
+	LeaseEpoch  int64           `json:"lease_epoch"`
+	Result      json.RawMessage `json:"result"`        // complete
+	Error       string          `json:"error"`         // fail
+	RetryAfterS float64         `json:"retry_after_s"` // fail
+}
+
+func (a *api) taskLeaseOp(w http.ResponseWriter, r *http.Request) {
+	op := r.PathValue("op")
+	allowed := map[string]bool{"heartbeat": true, "complete": true, "fail": true, "release": true}
+	if !allowed[op] {
+		writeError(w, http.StatusNotFound, "not_found", "no such task operation "+strconv.Quote(op)+": use heartbeat, complete, fail or release")
+		return
+	}
+	id, ok := a.taskID(w, r)
+	if !ok {
+		return
+	}
+	var p leaseRequest
+	if !a.decode(w, r, &p) {
+		return
+	}
+	if op != "complete" && len(p.Result) > 0 {
+		a.fail(w, r, vigiltype.Invalid("result", "is only accepted by complete"))
+		return
+	}
+	if op != "fail" && (p.Error != "" || p.RetryAfterS != 0) {
+		a.fail(w, r, vigiltype.Invalid("error", "error and retry_after_s are only accepted by fail"))
+		return
+	}
+	l := lease.Lease{TaskID: id, InstanceID: p.InstanceID, Token: r.Header.Get(InstanceTokenHeader), Epoch: p.LeaseEpoch}
+	var (
+		t   *vigiltype.Task
+		err error
+	)
+	switch op {
+	case "heartbeat":
+		t, err = a.Lease.Heartbeat(r.Context(), l)
+	case "complete":
+		t, err = a.Lease.Complete(r.Context(), l, p.Result)
+	case "fail":
+		if p.RetryAfterS < 0 || p.RetryAfterS > 86400 || p.RetryAfterS != p.RetryAfterS {
+			err = vigiltype.Invalid("retry_after_s", "must be between 0 and 86400 seconds")
+			break
+		}
+		t, err = a.Lease.Fail(r.Context(), l, p.Error, time.Duration(p.RetryAfterS*float64(time.Second)))
+	case "release":
+		t, err = a.Lease.Release(r.Context(), l)
+	}
+	a.respond(w, r, t, err)
+}
+
+func (a *api) sweepers(w http.ResponseWriter, r *http.Request) {
+	list, err := a.Store.SweeperList(r.Context())
+	if err != nil {
+		a.fail(w, r, fmt.Errorf("list sweepers: %w", err))
+		return
+	}
+	if list == nil {
+		list = []*vigiltype.Sweeper{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"sweepers": list})
+}
+
+// --- helpers ---
+
+func (a *api) taskID(w http.ResponseWriter, r *http.Request) (int64, bool) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		a.fail(w, r, vigiltype.Invalid("task_id", "must be a positive integer"))
+		return 0, false
+	}
+	return id, true
+}
+
+func (a *api) queryInt(w http.ResponseWriter, r *http.Request, name string) (int, bool) {
+	s := r.URL.Query().Get(name)
+	if s == "" {
+		return 0, true
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		a.fail(w, r, vigiltype.Invalid(name, "must be an integer"))
+		return 0, false
+	}
+	return n, true
+}
+
+// decode reads a strict JSON body into v. An empty body decodes as {}.
+func (a *api) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("unexpected data after the JSON object")
+	}
+	if err == nil || (errors.Is(err, errEOF) && r.ContentLength <= 0) {
+		return true
+	}
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		writeError(w, http.StatusRequestEntityTooLarge, "payload_too_large",
+			fmt.Sprintf("request body is over the %d byte limit", BodyMaxBytes))
+		return false
+	}
+	writeError(w, http.StatusBadRequest, "malformed_json", "request body: "+jsonErrorText(err))
+	return false
+}
+
+func (a *api) respond(w http.ResponseWriter, r *http.Request, v any, err error) {
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// fail maps an error to its status and code. Only sentinel errors show their
+// text; anything else is logged and answered "internal error".
+func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status, code := http.StatusInternalServerError, "internal"
+	switch {
+	case errors.Is(err, vigiltype.ErrInvalid):
+		status, code = http.StatusBadRequest, "invalid"
+	case errors.Is(err, vigiltype.ErrNotFound):
+		status, code = http.StatusNotFound, "not_found"
+	case errors.Is(err, vigiltype.ErrStaleEpoch):
+		status, code = http.StatusConflict, "stale_epoch"
+	case errors.Is(err, vigiltype.ErrInstanceExited):
+		status, code = http.StatusConflict, "instance_exited"
+	case errors.Is(err, vigiltype.ErrInvalidToken):
+		status, code = http.StatusForbidden, "invalid_token"
+	case errors.Is(err, vigiltype.ErrUnauthorized):
+		status, code = http.StatusUnauthorized, "unauthorized"
+	}
+	if status == http.StatusInternalServerError {
+		a.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeError(w, status, code, "internal error")
+		return
+	}
+	writeError(w, status, code, publicMessage(err))
+}
+
+// publicMessage is the error text without the store's inner wrapping: the
+// sentinels' and FieldErrors' text is written for users.
+func publicMessage(err error) string {
+	var fe *vigiltype.FieldError
+	if errors.As(err, &fe) {
+		return fe.Error()
+	}
+	return err.Error()
+}
+
+func optString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	var b errorBody
+	b.Error.Code, b.Error.Message = code, msg
+	writeJSON(w, status, b)
+}

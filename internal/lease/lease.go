@@ -1,0 +1,368 @@
+// Package lease runs the task outbox: enqueue, atomic claims under a lease,
+// lease heartbeats, outcomes, and the reclaim of leases whose holder is gone
+// (DESIGN T1–T3).
+//
+// Task states:
+//
+//	          enqueue
+//	             │
+//	             ▼        claim (epoch+1)
+//	  ┌────► scheduled ───────────────────► running ──complete──► completed
+//	  │          ▲                             │
+//	  │          └── release / fail (backoff) ─┤
+//	  │          └── reclaim (reclaims+1) ─────┤
+//	  │                                        ├─ fail at max_attempts ──► dead_letter
+//	  │                                        └─ reclaim past max_reclaims ► dead_letter
+//
+// The lease_epoch is the fencing token: every call on a claimed task carries
+// it, and a call with an older epoch than the task's is refused with
+// ErrStaleEpoch and changes nothing, so a holder that was reclaimed (frozen,
+// partitioned) can never overwrite its successor's work.
+//
+// A lease is reclaimed when its holder stops renewing it (lease_expires_at
+// passed: the server's --lease-timeout, 5 min by default, or the task's own
+// window) or at once when the holder's instance shows stopped (liveness TTL
+// passed, or a clean exit): a dead process's work does not wait out the lease.
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/vigil-fleet/vigil/internal/clock"
+	"github.com/vigil-fleet/vigil/internal/liveness"
+	"github.com/vigil-fleet/vigil/internal/store"
+	"github.com/vigil-fleet/vigil/vigiltype"
+)
+
+// Defaults, each overridable in Config.
+const (
+	// LeaseTimeoutDefault is the reclaim window of a lease with no heartbeat (DESIGN T3, seed 000: 5 min).
+	LeaseTimeoutDefault = 5 * time.Minute
+	// MaxAttemptsDefault is the number of handler failures before dead_letter.
+	MaxAttemptsDefault = 5
+	// MaxReclaimsDefault is the number of reclaims after which the next one dead-letters the task.
+	MaxReclaimsDefault = 3
+	// RetryBackoffBaseDefault is the delay after the first failure; it doubles per failure.
+	RetryBackoffBaseDefault = 2 * time.Second
+	// RetryBackoffMaxDefault caps the failure backoff.
+	RetryBackoffMaxDefault = 10 * time.Minute
+	// ReclaimBatch bounds the tasks one reclaim pass writes.
+	ReclaimBatch = 1000
+	// PayloadMaxBytes bounds a task payload or result.
+	PayloadMaxBytes = 256 << 10
+	// LeaseTimeoutMaxS is the longest per-task lease window accepted, in seconds.
+	LeaseTimeoutMaxS = 86400
+)
+
+// Config configures a Service; zero fields take the defaults above.
+type Config struct {
+	Store            store.Store
+	Liveness         *liveness.Service // authenticates instance tokens
+	Clock            clock.Clock
+	LeaseTimeout     time.Duration
+	RetryBackoffBase time.Duration
+	RetryBackoffMax  time.Duration
+}
+
+// Service is the task outbox.
+type Service struct {
+	store    store.Store
+	liveness *liveness.Service
+	clock    clock.Clock
+	cfg      Config
+}
+
+// New fills defaults and returns a Service.
+func New(cfg Config) (*Service, error) {
+	if cfg.Store == nil || cfg.Liveness == nil {
+		return nil, fmt.Errorf("lease: Store and Liveness are required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.LeaseTimeout < 0 || cfg.RetryBackoffBase < 0 || cfg.RetryBackoffMax < 0 {
+		return nil, fmt.Errorf("lease: durations must not be negative")
+	}
+	if cfg.LeaseTimeout == 0 {
+		cfg.LeaseTimeout = LeaseTimeoutDefault
+	}
+	if cfg.RetryBackoffBase == 0 {
+		cfg.RetryBackoffBase = RetryBackoffBaseDefault
+	}
+	if cfg.RetryBackoffMax == 0 {
+		cfg.RetryBackoffMax = RetryBackoffMaxDefault
+	}
+	return &Service{store: cfg.Store, liveness: cfg.Liveness, clock: cfg.Clock, cfg: cfg}, nil
+}
+
+// LeaseTimeout is the server-wide lease window.
+func (s *Service) LeaseTimeout() time.Duration { return s.cfg.LeaseTimeout }
+
+// EnqueueParams is a new task. Pointer fields are optional.
+type EnqueueParams struct {
+	TaskType      string          `json:"task_type"`
+	Payload       json.RawMessage `json:"payload"`
+	MaxAttempts   *int            `json:"max_attempts"`    // default MaxAttemptsDefault; 1–1000
+	MaxReclaims   *int            `json:"max_reclaims"`    // default MaxReclaimsDefault; 0–1000
+	LeaseTimeoutS float64         `json:"lease_timeout_s"` // seconds; 0 = the server's window
+	DelayS        float64         `json:"delay_s"`         // seconds before the task is claimable
+}
+
+// Enqueue validates p and inserts a scheduled task.
+func (s *Service) Enqueue(ctx context.Context, p EnqueueParams) (*vigiltype.Task, error) {
+	if err := vigiltype.CheckName("task_type", p.TaskType); err != nil {
+		return nil, err
+	}
+	payload, err := checkJSON("payload", p.Payload, "{}")
+	if err != nil {
+		return nil, err
+	}
+	maxAttempts, err := intInRange("max_attempts", p.MaxAttempts, MaxAttemptsDefault, 1, 1000)
+	if err != nil {
+		return nil, err
+	}
+	maxReclaims, err := intInRange("max_reclaims", p.MaxReclaims, MaxReclaimsDefault, 0, 1000)
+	if err != nil {
+		return nil, err
+	}
+	if p.LeaseTimeoutS != 0 {
+		if err := liveness.CheckInterval("lease_timeout_s", p.LeaseTimeoutS, LeaseTimeoutMaxS); err != nil {
+			return nil, err
+		}
+	}
+	if math.IsNaN(p.DelayS) || p.DelayS < 0 || p.DelayS > 365*86400 {
+		return nil, vigiltype.Invalid("delay_s", "must be between 0 and 31536000 seconds")
+	}
+	now := s.clock.Now()
+	t, err := s.store.TaskEnqueue(ctx, store.TaskEnqueueParams{
+		TaskType:     p.TaskType,
+		Payload:      payload,
+		MaxAttempts:  maxAttempts,
+		MaxReclaims:  maxReclaims,
+		LeaseTimeout: seconds(p.LeaseTimeoutS),
+		RunAfter:     now.Add(seconds(p.DelayS)),
+		Now:          now,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("enqueue %s task: %w", p.TaskType, err)
+	}
+	return t, nil
+}
+
+// Get returns one task.
+func (s *Service) Get(ctx context.Context, taskID int64) (*vigiltype.Task, error) {
+	t, err := s.store.TaskGet(ctx, taskID)
+	if err != nil {
+		return nil, fmt.Errorf("task %d: %w", taskID, err)
+	}
+	return t, nil
+}
+
+// ListParams filters a task listing; empty fields do not filter.
+type ListParams struct {
+	Status   string
+	TaskType string
+	Limit    int   // 0 means liveness.ListLimitDefault
+	BeforeID int64 // the previous page's next cursor
+}
+
+// List returns one page of tasks, highest id first, and the id to pass as
+// BeforeID for the next page (0 on the last page).
+func (s *Service) List(ctx context.Context, p ListParams) ([]*vigiltype.Task, int64, error) {
+	params := store.TaskListParams{TaskType: p.TaskType, BeforeID: p.BeforeID}
+	if p.Status != "" {
+		st := vigiltype.TaskStatus(p.Status)
+		if !st.Valid() {
+			return nil, 0, vigiltype.Invalid("status", "must be one of scheduled, running, completed, dead_letter")
+		}
+		params.Status = st
+	}
+	if p.TaskType != "" {
+		if err := vigiltype.CheckName("type", p.TaskType); err != nil {
+			return nil, 0, err
+		}
+	}
+	if p.BeforeID < 0 {
+		return nil, 0, vigiltype.Invalid("cursor", "is not a cursor returned by this API")
+	}
+	limit, err := liveness.CheckLimit(p.Limit)
+	if err != nil {
+		return nil, 0, err
+	}
+	params.Limit = limit + 1
+	tasks, err := s.store.TaskList(ctx, params)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list tasks: %w", err)
+	}
+	var next int64
+	if len(tasks) > limit {
+		tasks = tasks[:limit]
+		next = tasks[limit-1].TaskID
+	}
+	return tasks, next, nil
+}
+
+// Claim authenticates the instance and atomically takes the oldest claimable
+// task of one of types. It returns nil, nil when there is none.
+func (s *Service) Claim(ctx context.Context, instanceID, token string, types []string) (*vigiltype.Task, error) {
+	if len(types) == 0 {
+		return nil, vigiltype.Invalid("task_types", "must name at least one task type")
+	}
+	for i, typ := range types {
+		if err := vigiltype.CheckName(fmt.Sprintf("task_types[%d]", i), typ); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.liveness.Authenticate(ctx, instanceID, token); err != nil {
+		return nil, fmt.Errorf("instance %s: %w", instanceID, err)
+	}
+	t, err := s.store.TaskClaim(ctx, store.TaskClaimParams{
+		InstanceID: instanceID, Types: types, LeaseTimeout: s.cfg.LeaseTimeout, Now: s.clock.Now(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim for instance %s: %w", instanceID, err)
+	}
+	return t, nil
+}
+
+// Lease is what every call on a claimed task carries.
+type Lease struct {
+	TaskID     int64
+	InstanceID string
+	Token      string
+	Epoch      int64
+}
+
+func (s *Service) authenticate(ctx context.Context, l Lease) (store.TaskLease, error) {
+	if l.InstanceID == "" {
+		return store.TaskLease{}, vigiltype.Invalid("instance_id", "is required")
+	}
+	if l.Epoch <= 0 {
+		return store.TaskLease{}, vigiltype.Invalid("lease_epoch", "must be the positive epoch returned by claim")
+	}
+	if err := s.liveness.Authenticate(ctx, l.InstanceID, l.Token); err != nil {
+		return store.TaskLease{}, fmt.Errorf("instance %s: %w", l.InstanceID, err)
+	}
+	return store.TaskLease{TaskID: l.TaskID, Epoch: l.Epoch, InstanceID: l.InstanceID}, nil
+}
+
+// Heartbeat renews a held lease (DESIGN T3). Errors: ErrStaleEpoch when the
+// lease is no longer held at that epoch, ErrNotFound, ErrInvalidToken.
+func (s *Service) Heartbeat(ctx context.Context, l Lease) (*vigiltype.Task, error) {
+	tl, err := s.authenticate(ctx, l)
+	if err != nil {
+		return nil, err
+	}
+	return s.store.TaskHeartbeat(ctx, store.TaskHeartbeatParams{
+		TaskLease: tl, LeaseTimeout: s.cfg.LeaseTimeout, Now: s.clock.Now(),
+	})
+}
+
+// Complete finishes a held task with result (JSON; empty means null).
+func (s *Service) Complete(ctx context.Context, l Lease, result json.RawMessage) (*vigiltype.Task, error) {
+	res, err := checkJSON("result", result, "null")
+	if err != nil {
+		return nil, err
+	}
+	tl, err := s.authenticate(ctx, l)
+	if err != nil {
+		return nil, err
+	}
+	return s.store.TaskComplete(ctx, store.TaskCompleteParams{TaskLease: tl, Result: res, Now: s.clock.Now()})
+}
+
+// Fail records a handler failure. retryAfter > 0 overrides the backoff
+// (RetryBackoffBase doubling per attempt, capped at RetryBackoffMax).
+func (s *Service) Fail(ctx context.Context, l Lease, msg string, retryAfter time.Duration) (*vigiltype.Task, error) {
+	if msg == "" {
+		return nil, vigiltype.Invalid("error", "is required: say why the task failed")
+	}
+	if len(msg) > 8192 {
+		msg = msg[:8192]
+	}
+	if retryAfter < 0 {
+		return nil, vigiltype.Invalid("retry_after_s", "must not be negative")
+	}
+	tl, err := s.authenticate(ctx, l)
+	if err != nil {
+		return nil, err
+	}
+	if retryAfter == 0 {
+		// Attempts only change under this lease, so the value read here is
+		// still current when the guarded write below runs.
+		t, err := s.store.TaskGet(ctx, l.TaskID)
+		if err != nil {
+			return nil, fmt.Errorf("task %d: %w", l.TaskID, err)
+		}
+		retryAfter = RetryBackoff(t.Attempts+1, s.cfg.RetryBackoffBase, s.cfg.RetryBackoffMax)
+	}
+	now := s.clock.Now()
+	return s.store.TaskFail(ctx, store.TaskFailParams{TaskLease: tl, Error: msg, RetryAt: now.Add(retryAfter), Now: now})
+}
+
+// Release gives a held task back without counting an attempt.
+func (s *Service) Release(ctx context.Context, l Lease) (*vigiltype.Task, error) {
+	tl, err := s.authenticate(ctx, l)
+	if err != nil {
+		return nil, err
+	}
+	return s.store.TaskRelease(ctx, store.TaskReleaseParams{TaskLease: tl, Now: s.clock.Now()})
+}
+
+// Reclaim is one pass of the lease reclaimer: it takes back every lease
+// whose holder is gone (expired, or holder stopped) and returns how many.
+func (s *Service) Reclaim(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		tasks, err := s.store.TaskReclaim(ctx, store.TaskReclaimParams{Now: s.clock.Now(), Limit: ReclaimBatch})
+		total += len(tasks)
+		if err != nil {
+			return total, fmt.Errorf("reclaim leases: %w", err)
+		}
+		if len(tasks) < ReclaimBatch {
+			return total, nil
+		}
+	}
+}
+
+// RetryBackoff is the delay before the attempt-th retry: base × 2^(attempt-1),
+// capped at maxDelay.
+func RetryBackoff(attempt int, base, maxDelay time.Duration) time.Duration {
+	d := base
+	for i := 1; i < attempt; i++ {
+		d *= 2
+		if d >= maxDelay {
+			return maxDelay
+		}
+	}
+	return min(d, maxDelay)
+}
+
+func checkJSON(field string, raw json.RawMessage, empty string) (json.RawMessage, error) {
+	if len(raw) == 0 {
+		return json.RawMessage(empty), nil
+	}
+	if len(raw) > PayloadMaxBytes {
+		return nil, vigiltype.Invalid(field, fmt.Sprintf("must be at most %d bytes of JSON", PayloadMaxBytes))
+	}
+	if !json.Valid(raw) {
+		return nil, vigiltype.Invalid(field, "must be valid JSON")
+	}
+	return raw, nil
+}
+
+func intInRange(field string, v *int, def, lo, hi int) (int, error) {
+	if v == nil {
+		return def, nil
+	}
+	if *v < lo || *v > hi {
+		return 0, vigiltype.Invalid(field, fmt.Sprintf("must be between %d and %d", lo, hi))
+	}
+	return *v, nil
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -1,0 +1,213 @@
+// Package store is vigil's storage seam: the one interface every backend
+// implements (SQLite now, PostgreSQL next), its parameter structs, and the
+// rules every backend follows.
+//
+// Rules for every backend (the conformance suite in storetest checks them):
+//   - Time never comes from the database or the host clock inside a method:
+//     every method that needs "now" takes it in its params (STYLE §4), and
+//     every stored time is UTC with millisecond precision.
+//   - "No rows" and refused writes map to vigiltype's sentinels: ErrNotFound,
+//     ErrStaleEpoch, ErrInvalidToken, ErrInstanceExited.
+//   - A write that changes a task under a lease repeats its whole predicate
+//     (task id, status running, lease owner, epoch) in its WHERE clause, so a
+//     task completed or re-claimed in between is left alone.
+//   - Claims are atomic: two callers never receive the same task at one epoch.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/vigil-fleet/vigil/vigiltype"
+)
+
+// Store is implemented by each backend. Method names are Noun+Verb so they
+// sort by table.
+type Store interface {
+	// ProcessRegister inserts a new process instance with
+	// started_at = last_heartbeat_at = Now (DESIGN L2).
+	ProcessRegister(ctx context.Context, p ProcessRegisterParams) (*vigiltype.Process, error)
+	// ProcessCheckToken returns nil if tokenHash is the instance's token hash,
+	// ErrNotFound if there is no such instance, ErrInvalidToken otherwise.
+	ProcessCheckToken(ctx context.Context, instanceID, tokenHash string) error
+	// ProcessHeartbeat sets last_heartbeat_at = Now for an instance whose
+	// token hash matches. ErrNotFound, ErrInvalidToken, ErrInstanceExited.
+	ProcessHeartbeat(ctx context.Context, p ProcessHeartbeatParams) (*vigiltype.Process, error)
+	// ProcessMarkExited records a clean exit (exited_at = Now) so the instance
+	// shows stopped at once; its current task fields are cleared. Marking an
+	// already exited instance again is not an error.
+	ProcessMarkExited(ctx context.Context, p ProcessMarkExitedParams) (*vigiltype.Process, error)
+	// ProcessGet returns one instance with its status computed at Now.
+	ProcessGet(ctx context.Context, instanceID string, now time.Time) (*vigiltype.Process, error)
+	// ProcessLatest returns the most recently started instance of a kind
+	// (DESIGN L4 process_status), ErrNotFound when the kind has none.
+	ProcessLatest(ctx context.Context, kind string, now time.Time) (*vigiltype.Process, error)
+	// ProcessList returns up to Limit instances newest first (started_at
+	// desc, instance_id desc), strictly after the cursor when one is given.
+	ProcessList(ctx context.Context, p ProcessListParams) ([]*vigiltype.Process, error)
+	// ProcessPrune deletes stopped instances whose last heartbeat is before
+	// Before and that hold no running task; it returns how many it deleted.
+	ProcessPrune(ctx context.Context, p ProcessPruneParams) (int64, error)
+
+	// TaskEnqueue inserts a scheduled task.
+	TaskEnqueue(ctx context.Context, p TaskEnqueueParams) (*vigiltype.Task, error)
+	// TaskGet returns one task, ErrNotFound when there is none.
+	TaskGet(ctx context.Context, taskID int64) (*vigiltype.Task, error)
+	// TaskList returns up to Limit tasks, newest (highest id) first,
+	// strictly below BeforeID when it is non-zero.
+	TaskList(ctx context.Context, p TaskListParams) ([]*vigiltype.Task, error)
+	// TaskClaim atomically takes the oldest claimable task (status scheduled,
+	// run_after <= Now, type in Types) for InstanceID: status running,
+	// lease_epoch + 1, lease_owner, started_at, last_heartbeat_at = Now,
+	// lease_expires_at = Now + the task's window (or LeaseTimeout), and sets
+	// the instance's current_task_id/type (DESIGN L6). It returns nil, nil
+	// when nothing is claimable.
+	TaskClaim(ctx context.Context, p TaskClaimParams) (*vigiltype.Task, error)
+	// TaskHeartbeat renews a held lease (DESIGN T3). ErrStaleEpoch when the
+	// lease is not held at that epoch by that instance; ErrNotFound when
+	// there is no such task.
+	TaskHeartbeat(ctx context.Context, p TaskHeartbeatParams) (*vigiltype.Task, error)
+	// TaskComplete finishes a held task with its result; completed_by is
+	// the lease owner. Same errors as TaskHeartbeat.
+	TaskComplete(ctx context.Context, p TaskCompleteParams) (*vigiltype.Task, error)
+	// TaskFail counts a handler failure: attempts + 1, then back to
+	// scheduled at RetryAt, or dead_letter when attempts reaches
+	// max_attempts. Same errors as TaskHeartbeat.
+	TaskFail(ctx context.Context, p TaskFailParams) (*vigiltype.Task, error)
+	// TaskRelease gives a held task back (scheduled, run_after = Now)
+	// without counting an attempt. Same errors as TaskHeartbeat.
+	TaskRelease(ctx context.Context, p TaskReleaseParams) (*vigiltype.Task, error)
+	// TaskReclaim takes back leases whose holder is gone: every running task
+	// whose lease_expires_at < Now, or whose owner instance has exited or is
+	// past its alive window at Now. Each goes back to scheduled with
+	// reclaims + 1 and the reason in last_error, or to dead_letter when
+	// reclaims passes max_reclaims. The write repeats the predicate. It
+	// returns the tasks as written, at most Limit.
+	TaskReclaim(ctx context.Context, p TaskReclaimParams) ([]*vigiltype.Task, error)
+
+	// SweeperRecord upserts one sweeper's status by name.
+	SweeperRecord(ctx context.Context, s *vigiltype.Sweeper) error
+	// SweeperList returns every sweeper's status ordered by name.
+	SweeperList(ctx context.Context) ([]*vigiltype.Sweeper, error)
+
+	// Close releases the store's connections.
+	Close() error
+}
+
+// ProcessRegisterParams: a new instance. LivenessIntervalS > 0.
+type ProcessRegisterParams struct {
+	InstanceID        string
+	TokenHash         string // hex sha256 of the instance token; the token itself is never stored
+	ProcessKind       string
+	Hostname          string
+	PID               int
+	LivenessIntervalS float64
+	Now               time.Time
+}
+
+// ProcessHeartbeatParams renews one instance's liveness.
+type ProcessHeartbeatParams struct {
+	InstanceID string
+	TokenHash  string
+	Now        time.Time
+}
+
+// ProcessMarkExitedParams records a clean exit.
+type ProcessMarkExitedParams struct {
+	InstanceID string
+	TokenHash  string
+	Now        time.Time
+}
+
+// ProcessCursor is the position after which a newest-first listing resumes.
+type ProcessCursor struct {
+	StartedAt  time.Time
+	InstanceID string
+}
+
+// ProcessListParams filters a listing; empty fields do not filter.
+type ProcessListParams struct {
+	Kind   string
+	Host   string
+	Status vigiltype.ProcessStatus // "" for both
+	After  *ProcessCursor
+	Limit  int
+	Now    time.Time
+}
+
+// ProcessPruneParams: delete stopped history older than Before.
+type ProcessPruneParams struct {
+	Before time.Time
+	Now    time.Time
+}
+
+// TaskEnqueueParams: a new task. MaxAttempts and MaxReclaims >= 1;
+// LeaseTimeout 0 means the server default applies at claim time.
+type TaskEnqueueParams struct {
+	TaskType     string
+	Payload      json.RawMessage
+	MaxAttempts  int
+	MaxReclaims  int
+	LeaseTimeout time.Duration
+	RunAfter     time.Time
+	Now          time.Time
+}
+
+// TaskListParams filters a task listing; empty fields do not filter.
+type TaskListParams struct {
+	Status   vigiltype.TaskStatus
+	TaskType string
+	BeforeID int64
+	Limit    int
+}
+
+// TaskClaimParams: claim one task of Types for InstanceID. LeaseTimeout is
+// the window used when the task has none of its own.
+type TaskClaimParams struct {
+	InstanceID   string
+	Types        []string
+	LeaseTimeout time.Duration
+	Now          time.Time
+}
+
+// TaskLease identifies a held lease; every call on a claimed task carries it.
+type TaskLease struct {
+	TaskID     int64
+	Epoch      int64
+	InstanceID string
+}
+
+// TaskHeartbeatParams renews a lease; LeaseTimeout as in TaskClaimParams.
+type TaskHeartbeatParams struct {
+	TaskLease
+	LeaseTimeout time.Duration
+	Now          time.Time
+}
+
+// TaskCompleteParams finishes a task. Result is stored as given (JSON).
+type TaskCompleteParams struct {
+	TaskLease
+	Result json.RawMessage
+	Now    time.Time
+}
+
+// TaskFailParams records a handler failure.
+type TaskFailParams struct {
+	TaskLease
+	Error   string
+	RetryAt time.Time
+	Now     time.Time
+}
+
+// TaskReleaseParams gives a lease back.
+type TaskReleaseParams struct {
+	TaskLease
+	Now time.Time
+}
+
+// TaskReclaimParams bounds one reclaim pass.
+type TaskReclaimParams struct {
+	Now   time.Time
+	Limit int
+}

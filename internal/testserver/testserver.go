@@ -1,0 +1,83 @@
+// Package testserver starts a real vigil server for tests: the real HTTP
+// server on a loopback port over a real SQLite file in t.TempDir(), stopped
+// by t.Cleanup.
+package testserver
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/vigil-fleet/vigil/internal/clock"
+	"github.com/vigil-fleet/vigil/internal/daemon"
+)
+
+// Server is a running test server.
+type Server struct {
+	*daemon.Daemon
+	URL string // e.g. http://127.0.0.1:41234
+}
+
+// Option adjusts the daemon config.
+type Option func(*daemon.Config)
+
+// WithLeaseTimeout sets the server-wide lease window.
+func WithLeaseTimeout(d time.Duration) Option {
+	return func(c *daemon.Config) { c.LeaseTimeout = d }
+}
+
+// WithSweepInterval sets how often the lease reclaimer runs.
+func WithSweepInterval(d time.Duration) Option {
+	return func(c *daemon.Config) { c.SweepInterval = d }
+}
+
+// WithClock makes the server read time from clk.
+func WithClock(clk clock.Clock) Option {
+	return func(c *daemon.Config) { c.Clock = clk }
+}
+
+// WithTokenFile requires the bearer token stored in path.
+func WithTokenFile(path string) Option {
+	return func(c *daemon.Config) { c.TokenFile = path }
+}
+
+// Start runs a server for the rest of the test. Logs go to t.Log only when
+// the test runs with -v, to keep failures readable.
+func Start(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	cfg := daemon.Config{
+		DBPath: filepath.Join(t.TempDir(), "vigil.db"),
+		Addr:   "127.0.0.1:0",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	if testing.Verbose() {
+		cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d, err := daemon.New(ctx, cfg)
+	if err != nil {
+		cancel()
+		t.Fatalf("testserver: %v", err)
+	}
+	d.Start(ctx)
+	t.Cleanup(func() {
+		cancel()
+		if err := d.Stop(); err != nil {
+			t.Errorf("testserver stop: %v", err)
+		}
+	})
+	return &Server{Daemon: d, URL: d.URL()}
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}

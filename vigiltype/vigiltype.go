@@ -1,0 +1,192 @@
+// Package vigiltype holds the public types shared by vigil's server, its
+// storage backends and its Go client: process instances, tasks with their
+// leases, sweeper status, and the sentinel errors every layer maps to.
+//
+// It imports only the standard library so that agent programs can depend on
+// it without pulling in the server.
+package vigiltype
+
+import (
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// ProcessStatus is the liveness status of a process instance. It is computed
+// at read time from the server's clock and never stored (DESIGN L3).
+type ProcessStatus string
+
+const (
+	// ProcessAlive means now - last_heartbeat_at <= AliveWindowFactor × liveness_interval_s
+	// and the instance has not reported a clean exit.
+	ProcessAlive ProcessStatus = "alive"
+	// ProcessStopped means the alive window has passed, or the instance exited.
+	ProcessStopped ProcessStatus = "stopped"
+)
+
+// AliveWindowFactor is how many liveness intervals may pass without a
+// heartbeat before an instance shows stopped (DESIGN L3: 3×).
+const AliveWindowFactor = 3
+
+// Valid reports whether s is a known process status.
+func (s ProcessStatus) Valid() bool { return s == ProcessAlive || s == ProcessStopped }
+
+// Process is one OS process instance (DESIGN L1). A restart makes a new row
+// with a fresh InstanceID; rows are history and are only removed by prune.
+type Process struct {
+	InstanceID        string        `json:"instance_id"`
+	ProcessKind       string        `json:"process_kind"`
+	Hostname          string        `json:"hostname"`
+	PID               int           `json:"pid"`
+	LivenessIntervalS float64       `json:"liveness_interval_s"`
+	StartedAt         time.Time     `json:"started_at"`
+	LastHeartbeatAt   time.Time     `json:"last_heartbeat_at"`
+	ExitedAt          *time.Time    `json:"exited_at,omitempty"`
+	CurrentTaskID     *int64        `json:"current_task_id"`
+	CurrentTaskType   *string       `json:"current_task_type"`
+	Status            ProcessStatus `json:"status"`
+}
+
+// AliveUntil is the last instant at which the instance still counts as alive:
+// last_heartbeat_at + AliveWindowFactor × liveness_interval_s.
+func (p *Process) AliveUntil() time.Time {
+	return p.LastHeartbeatAt.Add(AliveWindow(p.LivenessIntervalS))
+}
+
+// AliveWindow converts a liveness interval in seconds to the alive window
+// (AliveWindowFactor × interval), rounded to the millisecond the stores keep.
+func AliveWindow(livenessIntervalS float64) time.Duration {
+	return (time.Duration(livenessIntervalS*AliveWindowFactor*1000) * time.Millisecond)
+}
+
+// ComputeStatus returns the status of p at now (DESIGN L3).
+func (p *Process) ComputeStatus(now time.Time) ProcessStatus {
+	if p.ExitedAt != nil || now.After(p.AliveUntil()) {
+		return ProcessStopped
+	}
+	return ProcessAlive
+}
+
+// TaskStatus is the state of a task in the outbox (DESIGN T1).
+type TaskStatus string
+
+const (
+	TaskScheduled  TaskStatus = "scheduled"   // waiting for run_after, then claimable
+	TaskRunning    TaskStatus = "running"     // claimed under a lease
+	TaskCompleted  TaskStatus = "completed"   // finished; result and completed_by set
+	TaskDeadLetter TaskStatus = "dead_letter" // gave up: max_attempts failures or max_reclaims reclaims
+)
+
+// Valid reports whether s is a known task status.
+func (s TaskStatus) Valid() bool {
+	switch s {
+	case TaskScheduled, TaskRunning, TaskCompleted, TaskDeadLetter:
+		return true
+	}
+	return false
+}
+
+// Task is a unit of work in the outbox together with its current lease
+// (DESIGN T1–T3).
+//
+// Attempts counts runs that ended in a handler failure (fail calls); Reclaims
+// counts leases taken back from a holder that died or stopped renewing. Each
+// has its own limit (MaxAttempts, MaxReclaims); passing either dead-letters
+// the task with the reason in LastError.
+type Task struct {
+	TaskID      int64           `json:"task_id"`
+	TaskType    string          `json:"task_type"`
+	Payload     json.RawMessage `json:"payload"`
+	Status      TaskStatus      `json:"status"`
+	Attempts    int             `json:"attempts"`
+	MaxAttempts int             `json:"max_attempts"`
+	Reclaims    int             `json:"reclaims"`
+	MaxReclaims int             `json:"max_reclaims"`
+	// LeaseTimeoutS is this task's own lease window in seconds; 0 means the
+	// server's --lease-timeout applies.
+	LeaseTimeoutS   float64         `json:"lease_timeout_s"`
+	LeaseOwner      *string         `json:"lease_owner"`
+	LeaseEpoch      int64           `json:"lease_epoch"`
+	LeaseExpiresAt  *time.Time      `json:"lease_expires_at"`
+	LastHeartbeatAt *time.Time      `json:"last_heartbeat_at"`
+	StartedAt       *time.Time      `json:"started_at"`
+	RunAfter        time.Time       `json:"run_after"`
+	CreatedAt       time.Time       `json:"created_at"`
+	UpdatedAt       time.Time       `json:"updated_at"`
+	CompletedAt     *time.Time      `json:"completed_at"`
+	Result          json.RawMessage `json:"result"`
+	CompletedBy     *string         `json:"completed_by"`
+	LastError       *string         `json:"last_error"`
+}
+
+// Sweeper is the status of one background loop inside the server, in the
+// list_agents / agent_status shape (DESIGN §7: kind "sweeper").
+type Sweeper struct {
+	Name              string     `json:"name"`
+	Kind              string     `json:"kind"` // always "sweeper"
+	IntervalS         float64    `json:"interval_s"`
+	LastRunAt         *time.Time `json:"last_run_at"`
+	LastResultCount   int        `json:"last_result_count"`
+	LastRunDurationMS float64    `json:"last_run_duration_ms"`
+	LastError         *string    `json:"last_error"`
+}
+
+// SweeperKind is the kind every Sweeper reports.
+const SweeperKind = "sweeper"
+
+// Sentinel errors. Stores, services and the HTTP client all return these
+// (wrapped), so callers test with errors.Is whichever layer they talk to.
+var (
+	// ErrNotFound: no such process instance, task or kind. HTTP 404.
+	ErrNotFound = errors.New("not found")
+	// ErrStaleEpoch: the caller's lease_epoch is not the task's current
+	// epoch, or the task is no longer running under the caller's lease
+	// (it was reclaimed, completed or released). Nothing was changed. HTTP 409.
+	ErrStaleEpoch = errors.New("stale lease epoch: the lease is no longer held")
+	// ErrInvalidToken: the instance token does not match the instance. HTTP 403.
+	ErrInvalidToken = errors.New("instance token does not match")
+	// ErrInstanceExited: the instance already reported its exit. HTTP 409.
+	ErrInstanceExited = errors.New("instance has exited")
+	// ErrInvalid: the request broke a validation rule; the wrapping error
+	// names the field. HTTP 400.
+	ErrInvalid = errors.New("invalid input")
+	// ErrUnauthorized: the server token is missing or wrong. HTTP 401.
+	ErrUnauthorized = errors.New("unauthorized")
+)
+
+// FieldError is a validation failure naming the field and the rule it broke.
+// It matches ErrInvalid with errors.Is.
+type FieldError struct {
+	Field string
+	Rule  string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Rule }
+
+// Is makes errors.Is(err, ErrInvalid) true for every FieldError.
+func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
+
+// Invalid returns a *FieldError for field breaking rule.
+func Invalid(field, rule string) error { return &FieldError{Field: field, Rule: rule} }
+
+// NameMaxLen is the longest process kind, task type or agent name accepted.
+const NameMaxLen = 128
+
+// CheckName validates a process kind, task type or agent name: 1 to
+// NameMaxLen characters of [A-Za-z0-9_.-]. The error names field.
+func CheckName(field, value string) error {
+	if value == "" {
+		return Invalid(field, "is required")
+	}
+	if len(value) > NameMaxLen {
+		return Invalid(field, "must be at most 128 characters")
+	}
+	for _, r := range value {
+		ok := r == '_' || r == '-' || r == '.' ||
+			(r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9')
+		if !ok {
+			return Invalid(field, "may only contain letters, digits, '_', '-' and '.'")
+		}
+	}
+	return nil
+}
