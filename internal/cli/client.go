@@ -98,3 +98,11 @@ func orDash[T any](p *T, format func(T) string) string {
 	}
 	return format(*p)
 }
+
+// checkLimit validates a --limit flag: the API takes 1–1000 rows per page.
+func checkLimit(n int) error {
+	if n < 1 || n > 1000 {
+		return fmt.Errorf("--limit %d: must be between 1 and 1000", n)
+	}
+	return nil
+}

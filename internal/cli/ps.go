@@ -36,6 +36,9 @@ and --cursor reads the next page.`,
 				return fmt.Errorf("--status %q: must be alive or stopped", status)
 			}
 			params.Status = vigiltype.ProcessStatus(status)
+			if err := checkLimit(params.Limit); err != nil {
+				return err
+			}
 			c, err := cf.client()
 			if err != nil {
 				return err

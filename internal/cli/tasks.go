@@ -102,6 +102,9 @@ func newTasksLsCmd() *cobra.Command {
 				return fmt.Errorf("--status %q: must be one of scheduled, running, completed, dead_letter", status)
 			}
 			p.Status = vigiltype.TaskStatus(status)
+			if err := checkLimit(p.Limit); err != nil {
+				return err
+			}
 			c, err := cf.client()
 			if err != nil {
 				return err

@@ -3,11 +3,13 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -425,4 +427,74 @@ func TestBadInput(t *testing.T) {
 	procsAfter, tasksAfter := snapshot()
 	require.Equal(t, procsBefore, procsAfter, "bad input changed a process row")
 	require.Equal(t, tasksBefore, tasksAfter, "bad input changed a task row")
+}
+
+// Two workers polling the same queue never hold one task at once.
+func TestConcurrentClaimsNeverShareATask(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const tasks, workers = 120, 6
+	for range tasks {
+		b.enqueue(`{"task_type":"sleep"}`)
+	}
+	instances := make([]instance, workers)
+	for i := range instances {
+		instances[i] = b.register("worker", 30)
+	}
+
+	type claimRec struct {
+		taskID int64
+		epoch  int64
+		by     string
+	}
+	results := make(chan claimRec, tasks*2)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for _, in := range instances {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				body, _ := json.Marshal(map[string]any{"instance_id": in.ID, "task_types": []string{"sleep"}})
+				req, _ := http.NewRequest("POST", b.srv.URL+"/v1/tasks/claim", strings.NewReader(string(body)))
+				req.Header.Set("X-Vigil-Instance-Token", in.Token)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					errs <- err
+					return
+				}
+				var task vigiltype.Task
+				status := resp.StatusCode
+				if status == http.StatusOK {
+					err = json.NewDecoder(resp.Body).Decode(&task)
+				}
+				resp.Body.Close()
+				switch {
+				case err != nil:
+					errs <- err
+					return
+				case status == http.StatusNoContent:
+					return
+				case status != http.StatusOK:
+					errs <- fmt.Errorf("claim: HTTP %d", status)
+					return
+				}
+				results <- claimRec{task.TaskID, task.LeaseEpoch, *task.LeaseOwner}
+			}
+		}()
+	}
+	wg.Wait()
+	close(results)
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	seen := map[int64]claimRec{}
+	for r := range results {
+		prev, dup := seen[r.taskID]
+		require.False(t, dup, "task %d claimed twice: by %s and %s", r.taskID, prev.by, r.by)
+		require.Equal(t, int64(1), r.epoch)
+		seen[r.taskID] = r
+	}
+	require.Len(t, seen, tasks, "every task is claimed exactly once")
 }

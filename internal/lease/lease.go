@@ -4,15 +4,11 @@
 //
 // Task states:
 //
-//	          enqueue
-//	             │
-//	             ▼        claim (epoch+1)
-//	  ┌────► scheduled ───────────────────► running ──complete──► completed
-//	  │          ▲                             │
-//	  │          └── release / fail (backoff) ─┤
-//	  │          └── reclaim (reclaims+1) ─────┤
-//	  │                                        ├─ fail at max_attempts ──► dead_letter
-//	  │                                        └─ reclaim past max_reclaims ► dead_letter
+//	enqueue ──► scheduled ──claim (epoch+1)──► running ──complete──► completed
+//	                ▲                             │
+//	                ├──── release ────────────────┤
+//	                ├──── fail (attempts+1) ──────┤──► dead_letter at max_attempts
+//	                └──── reclaim (reclaims+1) ───┘──► dead_letter past max_reclaims
 //
 // The lease_epoch is the fencing token: every call on a claimed task carries
 // it, and a call with an older epoch than the task's is refused with

@@ -1,0 +1,149 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vigil-fleet/vigil/internal/liveness"
+	"github.com/vigil-fleet/vigil/internal/testserver"
+	"github.com/vigil-fleet/vigil/vigiltype"
+)
+
+// run executes the CLI in-process and returns its exit code and output.
+func run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := Main(args, strings.NewReader(""), &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+func TestClientCommands(t *testing.T) {
+	t.Parallel()
+	srv := testserver.Start(t)
+	url := srv.URL
+
+	code, out, errOut := run(t, "tasks", "add", "sleep", "--payload", `{"seconds":1}`, "--json", "--server", url)
+	require.Equal(t, 0, code, errOut)
+	var task vigiltype.Task
+	require.NoError(t, json.Unmarshal([]byte(out), &task))
+	require.Equal(t, "sleep", task.TaskType)
+	require.JSONEq(t, `{"seconds":1}`, string(task.Payload))
+
+	code, out, errOut = run(t, "tasks", "ls", "--json", "--server", url)
+	require.Equal(t, 0, code, errOut)
+	var page struct {
+		Tasks      []vigiltype.Task `json:"tasks"`
+		NextCursor *string          `json:"next_cursor"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &page))
+	require.Len(t, page.Tasks, 1)
+	require.Nil(t, page.NextCursor)
+
+	code, out, _ = run(t, "tasks", "ls", "--server", url)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "ATTEMPTS")
+	require.Contains(t, out, "scheduled")
+
+	code, out, _ = run(t, "tasks", "show", "1", "--server", url)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, `{"seconds":1}`)
+
+	code, _, errOut = run(t, "tasks", "show", "77", "--server", url)
+	require.Equal(t, exitNotFound, code)
+	require.Contains(t, errOut, "no task 77")
+
+	code, out, errOut = run(t, "ps", "--json", "--server", url)
+	require.Equal(t, 0, code, errOut)
+	require.JSONEq(t, `{"processes":[],"next_cursor":null}`, out)
+
+	code, _, errOut = run(t, "status", "critic", "--server", url)
+	require.Equal(t, exitNotFound, code)
+	require.Contains(t, errOut, `no process of kind "critic" has registered`)
+
+	code, out, errOut = run(t, "sweepers", "--json", "--server", url)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, `"lease_reclaimer"`)
+	require.Contains(t, out, `"kind": "sweeper"`)
+
+	code, out, _ = run(t, "prune", "--older-than", "1h", "--server", url)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "deleted 0")
+}
+
+func TestStatusShowsNewestInstance(t *testing.T) {
+	t.Parallel()
+	srv := testserver.Start(t)
+	code, _, errOut := run(t, "ps", "--server", srv.URL)
+	require.Equal(t, 0, code, errOut)
+	reg, err := srv.Liveness.Register(t.Context(), registerParams("critic"))
+	require.NoError(t, err)
+
+	code, out, errOut := run(t, "status", "critic", "--server", srv.URL)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, reg.InstanceID)
+	require.Contains(t, out, "alive")
+
+	code, out, _ = run(t, "ps", "--kind", "critic", "--status", "alive", "--server", srv.URL)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, reg.InstanceID)
+}
+
+func TestBadFlags(t *testing.T) {
+	t.Parallel()
+	srv := testserver.Start(t)
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"ps status", []string{"ps", "--status", "zombie"}, `--status "zombie": must be alive or stopped`},
+		{"ps limit", []string{"ps", "--limit", "0"}, "--limit 0: must be between 1 and 1000"},
+		{"tasks status", []string{"tasks", "ls", "--status", "done"}, "must be one of scheduled"},
+		{"payload", []string{"tasks", "add", "sleep", "--payload", "{nope"}, "--payload: must be valid JSON"},
+		{"max attempts", []string{"tasks", "add", "sleep", "--max-attempts", "0"}, "--max-attempts must be at least 1"},
+		{"task type", []string{"tasks", "add", "bad type"}, "task_type: may only contain"},
+		{"task id", []string{"tasks", "show", "abc"}, `task ID "abc": must be a positive integer`},
+		{"prune", []string{"prune", "--older-than", "-1h"}, "--older-than must be a positive duration"},
+		{"server url", []string{"ps", "--server", "localhost:7711"}, "--server"},
+	}
+	for _, c := range cases {
+		args := c.args
+		if c.name != "server url" {
+			args = append(args, "--server", srv.URL)
+		}
+		code, _, errOut := run(t, args...)
+		require.Equal(t, exitFailure, code, c.name)
+		require.Contains(t, errOut, c.want, c.name)
+	}
+	code, out, _ := run(t, "tasks", "ls", "--json", "--server", srv.URL)
+	require.Equal(t, 0, code)
+	require.JSONEq(t, `{"tasks":[],"next_cursor":null}`, out, "a refused command wrote a task")
+}
+
+func TestServeRefusesExposureWithoutToken(t *testing.T) {
+	t.Parallel()
+	db := t.TempDir() + "/v.db"
+	code, _, errOut := run(t, "serve", "--addr", "0.0.0.0:0", "--db", db)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "not a loopback address: refusing to serve without --token-file")
+
+	code, _, errOut = run(t, "serve", "--lease-timeout", "0s", "--db", db)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "--lease-timeout must be positive")
+
+	code, _, errOut = run(t, "serve", "--log-level", "loud", "--db", db)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, `--log-level "loud"`)
+
+	code, _, errOut = run(t, "up", "--fleet", t.TempDir()+"/missing.yaml", "--db", db)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "no such file")
+}
+
+func registerParams(kind string) liveness.RegisterParams {
+	return liveness.RegisterParams{ProcessKind: kind, Hostname: "h", PID: 1, LivenessIntervalS: 30}
+}
