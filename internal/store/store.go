@@ -127,6 +127,7 @@ type ProcessCursor struct {
 }
 
 // ProcessListParams filters a listing; empty fields do not filter.
+// Limit <= 0 means no limit.
 type ProcessListParams struct {
 	Kind   string
 	Host   string
@@ -155,6 +156,7 @@ type TaskEnqueueParams struct {
 }
 
 // TaskListParams filters a task listing; empty fields do not filter.
+// Limit <= 0 means no limit.
 type TaskListParams struct {
 	Status   vigiltype.TaskStatus
 	TaskType string
@@ -206,7 +208,7 @@ type TaskReleaseParams struct {
 	Now time.Time
 }
 
-// TaskReclaimParams bounds one reclaim pass.
+// TaskReclaimParams bounds one reclaim pass. Limit <= 0 means no limit.
 type TaskReclaimParams struct {
 	Now   time.Time
 	Limit int

@@ -1,0 +1,656 @@
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vigil-fleet/vigil/internal/store"
+	"github.com/vigil-fleet/vigil/vigiltype"
+)
+
+// exerciseTask covers the tasks table: the outbox, claims, the lease calls
+// with their epoch fencing, and reclaiming (DESIGN T1-T3, L6).
+func exerciseTask(ctx context.Context, t *testing.T, newStore func(t *testing.T) store.Store) {
+	t.Run("EnqueueAndGet", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		task, err := b.s.TaskEnqueue(ctx, store.TaskEnqueueParams{
+			TaskType:     "email",
+			Payload:      json.RawMessage(`{"to": "ops@example.com", "n": [1, 2]}`),
+			MaxAttempts:  5,
+			MaxReclaims:  2,
+			LeaseTimeout: 1500 * time.Millisecond,
+			RunAfter:     at(time.Minute),
+			Now:          t0.Add(999 * time.Microsecond), // kept as t0
+		})
+		require.NoError(t, err)
+		require.NotZero(t, task.TaskID)
+		want := &vigiltype.Task{
+			TaskID:        task.TaskID,
+			TaskType:      "email",
+			Payload:       json.RawMessage(`{"to": "ops@example.com", "n": [1, 2]}`),
+			Status:        vigiltype.TaskScheduled,
+			MaxAttempts:   5,
+			MaxReclaims:   2,
+			LeaseTimeoutS: 1.5,
+			RunAfter:      at(time.Minute),
+			CreatedAt:     t0,
+			UpdatedAt:     t0,
+		}
+		requireTaskEqual(t, want, task)
+		requireTaskEqual(t, want, b.getTask(t, task.TaskID))
+
+		// No payload is an empty object.
+		task = b.enqueue(t, store.TaskEnqueueParams{})
+		require.JSONEq(t, `{}`, string(task.Payload))
+		require.Zero(t, task.LeaseTimeoutS)
+
+		_, err = b.s.TaskGet(ctx, 999999)
+		require.ErrorIs(t, err, vigiltype.ErrNotFound)
+	})
+
+	t.Run("EnqueueInvalidPayload", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		_, err := b.s.TaskEnqueue(ctx, store.TaskEnqueueParams{
+			TaskType: "email", Payload: json.RawMessage(`{"to":`), MaxAttempts: 1, MaxReclaims: 1, RunAfter: t0, Now: t0,
+		})
+		require.ErrorIs(t, err, vigiltype.ErrInvalid)
+		tasks, err := b.s.TaskList(ctx, store.TaskListParams{})
+		require.NoError(t, err)
+		require.Empty(t, tasks)
+	})
+
+	t.Run("List", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		b.register(t, store.ProcessRegisterParams{InstanceID: "w"})
+		var ids []int64
+		for _, typ := range []string{"a", "b", "a", "b", "a"} {
+			ids = append(ids, b.enqueue(t, store.TaskEnqueueParams{TaskType: typ}).TaskID)
+		}
+		running := b.claim(t, "w", t0, "b") // ids[1]
+		require.Equal(t, ids[1], running.TaskID)
+
+		for _, tt := range []struct {
+			name   string
+			params store.TaskListParams
+			want   []int64
+		}{
+			{"All", store.TaskListParams{}, []int64{ids[4], ids[3], ids[2], ids[1], ids[0]}},
+			{"Type", store.TaskListParams{TaskType: "a"}, []int64{ids[4], ids[2], ids[0]}},
+			{"Status", store.TaskListParams{Status: vigiltype.TaskRunning}, []int64{ids[1]}},
+			{"StatusAndType", store.TaskListParams{Status: vigiltype.TaskScheduled, TaskType: "b"}, []int64{ids[3]}},
+			{"BeforeID", store.TaskListParams{BeforeID: ids[3]}, []int64{ids[2], ids[1], ids[0]}},
+			{"Limit", store.TaskListParams{Limit: 2}, []int64{ids[4], ids[3]}},
+			{"BeforeIDAndLimit", store.TaskListParams{BeforeID: ids[3], Limit: 2}, []int64{ids[2], ids[1]}},
+			{"NoMatch", store.TaskListParams{Status: vigiltype.TaskCompleted}, nil},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				tasks, err := b.s.TaskList(ctx, tt.params)
+				require.NoError(t, err)
+				require.Equal(t, tt.want, taskIDs(tasks))
+			})
+		}
+	})
+
+	t.Run("ClaimOrder", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		b.register(t, store.ProcessRegisterParams{InstanceID: "w", LivenessIntervalS: 3600})
+		t1 := b.enqueue(t, store.TaskEnqueueParams{RunAfter: at(2 * time.Second)})
+		t2 := b.enqueue(t, store.TaskEnqueueParams{RunAfter: t0})
+		t3 := b.enqueue(t, store.TaskEnqueueParams{RunAfter: at(time.Second)})
+		t4 := b.enqueue(t, store.TaskEnqueueParams{RunAfter: t0})
+		future := b.enqueue(t, store.TaskEnqueueParams{RunAfter: at(time.Hour)})
+
+		// Oldest run_after first, then lowest id; run_after is inclusive.
+		require.Equal(t, t2.TaskID, b.claim(t, "w", at(time.Second)).TaskID)
+		require.Equal(t, t4.TaskID, b.claim(t, "w", at(time.Second)).TaskID)
+		require.Equal(t, t3.TaskID, b.claim(t, "w", at(time.Second)).TaskID)
+		require.Nil(t, b.tryClaim(t, "w", at(2*time.Second-time.Millisecond)))
+		require.Equal(t, t1.TaskID, b.claim(t, "w", at(2*time.Second)).TaskID)
+		require.Nil(t, b.tryClaim(t, "w", at(time.Hour-time.Millisecond)))
+		require.Equal(t, future.TaskID, b.claim(t, "w", at(time.Hour)).TaskID)
+		require.Nil(t, b.tryClaim(t, "w", at(2*time.Hour)))
+	})
+
+	t.Run("ClaimTypes", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		b.register(t, store.ProcessRegisterParams{InstanceID: "w"})
+		a := b.enqueue(t, store.TaskEnqueueParams{TaskType: "a"})
+		bb := b.enqueue(t, store.TaskEnqueueParams{TaskType: "b"})
+		c := b.enqueue(t, store.TaskEnqueueParams{TaskType: "c"})
+
+		require.Equal(t, c.TaskID, b.claim(t, "w", t0, "c").TaskID)
+		require.Nil(t, b.tryClaim(t, "w", t0, "x", "c"))
+		require.Equal(t, a.TaskID, b.claim(t, "w", t0, "b", "a").TaskID)
+		require.Equal(t, bb.TaskID, b.claim(t, "w", t0, "b", "a").TaskID)
+
+		_, err := b.s.TaskClaim(ctx, store.TaskClaimParams{InstanceID: "w", LeaseTimeout: defaultLease, Now: t0})
+		require.ErrorIs(t, err, vigiltype.ErrInvalid)
+	})
+
+	t.Run("ClaimTakesLease", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		b.register(t, store.ProcessRegisterParams{InstanceID: "w"})
+		first := b.enqueue(t, store.TaskEnqueueParams{})
+		own := b.enqueue(t, store.TaskEnqueueParams{TaskType: "report", LeaseTimeout: 1500 * time.Millisecond})
+
+		now := at(time.Second)
+		claimed := b.claim(t, "w", now)
+		want := *first
+		want.Status = vigiltype.TaskRunning
+		want.LeaseOwner = ptr("w")
+		want.LeaseEpoch = 1
+		want.StartedAt = ptr(now)
+		want.LastHeartbeatAt = ptr(now)
+		want.LeaseExpiresAt = ptr(now.Add(defaultLease)) // the server's window
+		want.UpdatedAt = now
+		requireTaskEqual(t, &want, claimed)
+		requireTaskEqual(t, &want, b.getTask(t, first.TaskID))
+		b.requireCurrentTask(t, "w", first.TaskID, "email")
+
+		// A task with its own window uses it; the latest claim is the
+		// instance's current task.
+		claimed = b.claim(t, "w", now, "report")
+		require.Equal(t, own.TaskID, claimed.TaskID)
+		require.Equal(t, ptr(now.Add(1500*time.Millisecond)), claimed.LeaseExpiresAt)
+		b.requireCurrentTask(t, "w", own.TaskID, "report")
+	})
+
+	t.Run("ClaimRefusedForMissingOrStoppedInstance", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		task := b.enqueue(t, store.TaskEnqueueParams{})
+		claim := func(id string, now time.Time) error {
+			_, err := b.s.TaskClaim(ctx, store.TaskClaimParams{
+				InstanceID: id, Types: []string{"email"}, LeaseTimeout: defaultLease, Now: now,
+			})
+			return err
+		}
+		require.ErrorIs(t, claim("nobody", t0), vigiltype.ErrNotFound)
+
+		b.register(t, store.ProcessRegisterParams{InstanceID: "exited"})
+		b.exit(t, "exited", t0)
+		require.ErrorIs(t, claim("exited", t0), vigiltype.ErrInstanceExited)
+
+		// Interval 1s: alive through t0+3s, stopped after.
+		b.register(t, store.ProcessRegisterParams{InstanceID: "silent", LivenessIntervalS: 1})
+		require.ErrorIs(t, claim("silent", at(3*time.Second+time.Millisecond)), vigiltype.ErrInstanceExited)
+
+		// Nothing was half-claimed.
+		requireTaskEqual(t, task, b.getTask(t, task.TaskID))
+		b.requireCurrentTask(t, "silent", 0, "")
+
+		require.Equal(t, task.TaskID, b.claim(t, "silent", at(3*time.Second)).TaskID)
+	})
+
+	t.Run("Heartbeat", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		b.register(t, store.ProcessRegisterParams{InstanceID: "w", LivenessIntervalS: 3600})
+		b.enqueue(t, store.TaskEnqueueParams{})
+		b.enqueue(t, store.TaskEnqueueParams{TaskType: "report", LeaseTimeout: 2 * time.Second})
+		claimed := b.claim(t, "w", t0)
+
+		now := at(time.Minute)
+		task, err := b.s.TaskHeartbeat(ctx, store.TaskHeartbeatParams{
+			TaskLease: leaseOf(claimed), LeaseTimeout: 10 * time.Minute, Now: now,
+		})
+		require.NoError(t, err)
+		want := *claimed
+		want.LastHeartbeatAt = ptr(now)
+		want.LeaseExpiresAt = ptr(now.Add(10 * time.Minute))
+		want.UpdatedAt = now
+		requireTaskEqual(t, &want, task)
+		requireTaskEqual(t, &want, b.getTask(t, claimed.TaskID))
+
+		// The task's own window wins over the server's.
+		own := b.claim(t, "w", t0, "report")
+		task, err = b.s.TaskHeartbeat(ctx, store.TaskHeartbeatParams{
+			TaskLease: leaseOf(own), LeaseTimeout: 10 * time.Minute, Now: now,
+		})
+		require.NoError(t, err)
+		require.Equal(t, ptr(now.Add(2*time.Second)), task.LeaseExpiresAt)
+	})
+
+	t.Run("StaleEpochRefused", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		b.register(t, store.ProcessRegisterParams{InstanceID: "w", LivenessIntervalS: 3600})
+		b.register(t, store.ProcessRegisterParams{InstanceID: "other", LivenessIntervalS: 3600})
+		now := at(time.Second)
+		ops := map[string]func(l store.TaskLease) error{
+			"Heartbeat": func(l store.TaskLease) error {
+				_, err := b.s.TaskHeartbeat(ctx, store.TaskHeartbeatParams{TaskLease: l, LeaseTimeout: defaultLease, Now: now})
+				return err
+			},
+			"Complete": func(l store.TaskLease) error {
+				_, err := b.s.TaskComplete(ctx, store.TaskCompleteParams{TaskLease: l, Result: json.RawMessage(`1`), Now: now})
+				return err
+			},
+			"Fail": func(l store.TaskLease) error {
+				_, err := b.s.TaskFail(ctx, store.TaskFailParams{TaskLease: l, Error: "boom", RetryAt: now, Now: now})
+				return err
+			},
+			"Release": func(l store.TaskLease) error {
+				_, err := b.s.TaskRelease(ctx, store.TaskReleaseParams{TaskLease: l, Now: now})
+				return err
+			},
+		}
+		for name, op := range ops {
+			t.Run(name, func(t *testing.T) {
+				typ := "stale-" + name // a task per op
+				b.enqueue(t, store.TaskEnqueueParams{TaskType: typ})
+				held := b.claim(t, "w", t0, typ)
+				lease := leaseOf(held)
+				before := b.getTask(t, held.TaskID)
+
+				for _, stale := range []store.TaskLease{
+					{TaskID: lease.TaskID, Epoch: lease.Epoch + 1, InstanceID: "w"},
+					{TaskID: lease.TaskID, Epoch: lease.Epoch - 1, InstanceID: "w"},
+					{TaskID: lease.TaskID, Epoch: lease.Epoch, InstanceID: "other"},
+				} {
+					require.ErrorIs(t, op(stale), vigiltype.ErrStaleEpoch, "%+v", stale)
+					requireTaskEqual(t, before, b.getTask(t, held.TaskID))
+				}
+				b.requireCurrentTask(t, "w", held.TaskID, typ)
+
+				require.ErrorIs(t, op(store.TaskLease{TaskID: 999999, Epoch: 1, InstanceID: "w"}), vigiltype.ErrNotFound)
+
+				// Once the lease has ended, the right epoch is stale too.
+				_, err := b.s.TaskRelease(ctx, store.TaskReleaseParams{TaskLease: lease, Now: now})
+				require.NoError(t, err)
+				released := b.getTask(t, held.TaskID)
+				require.ErrorIs(t, op(lease), vigiltype.ErrStaleEpoch)
+				requireTaskEqual(t, released, b.getTask(t, held.TaskID))
+			})
+		}
+	})
+
+	t.Run("Complete", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		b.register(t, store.ProcessRegisterParams{InstanceID: "w", LivenessIntervalS: 3600})
+		b.enqueue(t, store.TaskEnqueueParams{})
+		b.enqueue(t, store.TaskEnqueueParams{})
+		claimed := b.claim(t, "w", t0)
+
+		// Invalid JSON is refused and changes nothing.
+		_, err := b.s.TaskComplete(ctx, store.TaskCompleteParams{
+			TaskLease: leaseOf(claimed), Result: json.RawMessage(`{`), Now: at(time.Second),
+		})
+		require.ErrorIs(t, err, vigiltype.ErrInvalid)
+		requireTaskEqual(t, claimed, b.getTask(t, claimed.TaskID))
+
+		now := at(2 * time.Second)
+		task, err := b.s.TaskComplete(ctx, store.TaskCompleteParams{
+			TaskLease: leaseOf(claimed), Result: json.RawMessage(`{"ok": true}`), Now: now,
+		})
+		require.NoError(t, err)
+		want := *claimed
+		want.Status = vigiltype.TaskCompleted
+		want.Result = json.RawMessage(`{"ok": true}`)
+		want.CompletedBy = ptr("w")
+		want.CompletedAt = ptr(now)
+		want.LeaseOwner = nil
+		want.LeaseExpiresAt = nil
+		want.UpdatedAt = now
+		requireTaskEqual(t, &want, task)
+		requireTaskEqual(t, &want, b.getTask(t, claimed.TaskID))
+		b.requireCurrentTask(t, "w", 0, "")
+
+		// No result is NULL. Completing a task that is not the instance's
+		// current one leaves the current one alone.
+		second := b.claim(t, "w", now)
+		b.enqueue(t, store.TaskEnqueueParams{})
+		third := b.claim(t, "w", now)
+		task, err = b.s.TaskComplete(ctx, store.TaskCompleteParams{TaskLease: leaseOf(second), Now: now})
+		require.NoError(t, err)
+		require.Nil(t, task.Result)
+		b.requireCurrentTask(t, "w", third.TaskID, "email")
+	})
+
+	t.Run("Fail", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		b.register(t, store.ProcessRegisterParams{InstanceID: "w", LivenessIntervalS: 3600})
+		b.enqueue(t, store.TaskEnqueueParams{MaxAttempts: 2})
+		claimed := b.claim(t, "w", t0)
+
+		// First failure: back to scheduled at RetryAt, attempt counted.
+		now := at(time.Second)
+		task, err := b.s.TaskFail(ctx, store.TaskFailParams{
+			TaskLease: leaseOf(claimed), Error: "boom", RetryAt: at(11 * time.Second), Now: now,
+		})
+		require.NoError(t, err)
+		want := *claimed
+		want.Status = vigiltype.TaskScheduled
+		want.Attempts = 1
+		want.RunAfter = at(11 * time.Second)
+		want.LastError = ptr("boom")
+		want.LeaseOwner = nil
+		want.LeaseExpiresAt = nil
+		want.StartedAt = nil
+		want.UpdatedAt = now
+		requireTaskEqual(t, &want, task)
+		b.requireCurrentTask(t, "w", 0, "")
+
+		require.Nil(t, b.tryClaim(t, "w", at(11*time.Second-time.Millisecond)))
+		claimed = b.claim(t, "w", at(11*time.Second))
+		require.EqualValues(t, 2, claimed.LeaseEpoch)
+
+		// Second failure reaches max_attempts: dead letter, not claimable.
+		now = at(12 * time.Second)
+		task, err = b.s.TaskFail(ctx, store.TaskFailParams{
+			TaskLease: leaseOf(claimed), Error: "boom again", RetryAt: at(20 * time.Second), Now: now,
+		})
+		require.NoError(t, err)
+		require.Equal(t, vigiltype.TaskDeadLetter, task.Status)
+		require.Equal(t, 2, task.Attempts)
+		require.Equal(t, ptr("boom again"), task.LastError)
+		require.Nil(t, task.LeaseOwner)
+		require.EqualValues(t, 2, task.LeaseEpoch)
+		b.requireCurrentTask(t, "w", 0, "")
+		require.Nil(t, b.tryClaim(t, "w", at(time.Hour)))
+	})
+
+	t.Run("Release", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		b.register(t, store.ProcessRegisterParams{InstanceID: "w", LivenessIntervalS: 3600})
+		b.enqueue(t, store.TaskEnqueueParams{RunAfter: t0})
+		claimed := b.claim(t, "w", t0)
+
+		now := at(time.Second)
+		task, err := b.s.TaskRelease(ctx, store.TaskReleaseParams{TaskLease: leaseOf(claimed), Now: now})
+		require.NoError(t, err)
+		want := *claimed
+		want.Status = vigiltype.TaskScheduled
+		want.RunAfter = now
+		want.LeaseOwner = nil
+		want.LeaseExpiresAt = nil
+		want.StartedAt = nil
+		want.UpdatedAt = now
+		requireTaskEqual(t, &want, task)
+		require.Zero(t, task.Attempts)
+		b.requireCurrentTask(t, "w", 0, "")
+
+		again := b.claim(t, "w", now)
+		require.Equal(t, claimed.TaskID, again.TaskID)
+		require.EqualValues(t, 2, again.LeaseEpoch)
+	})
+
+	t.Run("ReclaimExpiredLease", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		b.register(t, store.ProcessRegisterParams{InstanceID: "w", LivenessIntervalS: 3600})
+		b.enqueue(t, store.TaskEnqueueParams{})
+		claimed := b.claim(t, "w", t0)
+		expiry := t0.Add(defaultLease)
+
+		require.Empty(t, b.reclaim(t, expiry)) // expires after, not at, lease_expires_at
+
+		now := expiry.Add(time.Millisecond)
+		tasks := b.reclaim(t, now)
+		require.Len(t, tasks, 1)
+		want := *claimed
+		want.Status = vigiltype.TaskScheduled
+		want.Reclaims = 1
+		want.RunAfter = now
+		want.LeaseOwner = nil
+		want.LeaseExpiresAt = nil
+		want.StartedAt = nil
+		want.UpdatedAt = now
+		want.LastError = ptr("lease expired: holder w sent no lease heartbeat before " + expiry.Format(storedTimeLayout))
+		requireTaskEqual(t, &want, tasks[0])
+		requireTaskEqual(t, &want, b.getTask(t, claimed.TaskID))
+		b.requireCurrentTask(t, "w", 0, "")
+
+		// The old holder is fenced off; the task is claimable again at a
+		// higher epoch.
+		_, err := b.s.TaskHeartbeat(ctx, store.TaskHeartbeatParams{TaskLease: leaseOf(claimed), LeaseTimeout: defaultLease, Now: now})
+		require.ErrorIs(t, err, vigiltype.ErrStaleEpoch)
+		again := b.claim(t, "w", now)
+		require.Equal(t, claimed.TaskID, again.TaskID)
+		require.EqualValues(t, 2, again.LeaseEpoch)
+		_, err = b.s.TaskComplete(ctx, store.TaskCompleteParams{TaskLease: leaseOf(claimed), Now: now})
+		require.ErrorIs(t, err, vigiltype.ErrStaleEpoch)
+		require.Empty(t, b.reclaim(t, now))
+	})
+
+	t.Run("ReclaimStoppedHolder", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		// Stopped by its alive window: interval 10s, alive through t0+30s.
+		b.register(t, store.ProcessRegisterParams{InstanceID: "silent", LivenessIntervalS: 10})
+		b.enqueue(t, store.TaskEnqueueParams{TaskType: "a"})
+		silentTask := b.claim(t, "silent", t0, "a")
+		require.Empty(t, b.reclaim(t, at(30*time.Second)))
+		tasks := b.reclaim(t, at(30*time.Second+time.Millisecond))
+		require.Equal(t, []int64{silentTask.TaskID}, taskIDs(tasks))
+		require.Equal(t, vigiltype.TaskScheduled, tasks[0].Status)
+		require.Equal(t, 1, tasks[0].Reclaims)
+		require.Equal(t, ptr("holder silent stopped (exited or missed liveness heartbeats)"), tasks[0].LastError)
+		b.requireCurrentTask(t, "silent", 0, "")
+
+		// Exited: reclaimed at once, long before the lease expires.
+		b.register(t, store.ProcessRegisterParams{InstanceID: "gone", LivenessIntervalS: 3600, Now: at(time.Minute)})
+		b.enqueue(t, store.TaskEnqueueParams{TaskType: "b"})
+		goneTask := b.claim(t, "gone", at(time.Minute), "b")
+		b.exit(t, "gone", at(time.Minute+time.Second))
+		tasks = b.reclaim(t, at(time.Minute+time.Second))
+		require.Equal(t, []int64{goneTask.TaskID}, taskIDs(tasks))
+		require.Equal(t, ptr("holder gone stopped (exited or missed liveness heartbeats)"), tasks[0].LastError)
+	})
+
+	t.Run("ReclaimDeadLetter", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		b.register(t, store.ProcessRegisterParams{InstanceID: "w", LivenessIntervalS: 3600})
+		b.enqueue(t, store.TaskEnqueueParams{MaxReclaims: 1})
+
+		// Reclaim 1 of max 1: back to scheduled.
+		b.claim(t, "w", t0)
+		tasks := b.reclaim(t, at(defaultLease+time.Millisecond))
+		require.Len(t, tasks, 1)
+		require.Equal(t, vigiltype.TaskScheduled, tasks[0].Status)
+		require.Equal(t, 1, tasks[0].Reclaims)
+
+		// Reclaim 2 of max 1: dead letter, reason kept.
+		start := at(time.Hour)
+		claimed := b.claim(t, "w", start)
+		require.EqualValues(t, 2, claimed.LeaseEpoch)
+		expiry := start.Add(defaultLease)
+		now := expiry.Add(time.Millisecond)
+		tasks = b.reclaim(t, now)
+		require.Len(t, tasks, 1)
+		want := *claimed
+		want.Status = vigiltype.TaskDeadLetter
+		want.Reclaims = 2
+		want.LeaseOwner = nil
+		want.LeaseExpiresAt = nil
+		want.UpdatedAt = now
+		want.LastError = ptr("dead-lettered: reclaimed 2 times (max_reclaims 1): lease expired: holder w sent no lease heartbeat before " +
+			expiry.Format(storedTimeLayout))
+		requireTaskEqual(t, &want, tasks[0])
+		require.Nil(t, b.tryClaim(t, "w", at(2*time.Hour)))
+		b.requireCurrentTask(t, "w", 0, "")
+
+		// max_reclaims 0: the first reclaim dead-letters.
+		zero, err := b.s.TaskEnqueue(ctx, store.TaskEnqueueParams{
+			TaskType: "zero", MaxAttempts: 1, MaxReclaims: 0, RunAfter: t0, Now: t0,
+		})
+		require.NoError(t, err)
+		b.register(t, store.ProcessRegisterParams{InstanceID: "gone"})
+		b.claim(t, "gone", t0, "zero")
+		b.exit(t, "gone", t0)
+		tasks = b.reclaim(t, t0)
+		require.Equal(t, []int64{zero.TaskID}, taskIDs(tasks))
+		require.Equal(t, vigiltype.TaskDeadLetter, tasks[0].Status)
+		require.Equal(t, ptr("dead-lettered: reclaimed 1 times (max_reclaims 0): holder gone stopped (exited or missed liveness heartbeats)"),
+			tasks[0].LastError)
+	})
+
+	t.Run("ReclaimLeavesOthersAlone", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		b.register(t, store.ProcessRegisterParams{InstanceID: "a", LivenessIntervalS: 3600})
+		b.register(t, store.ProcessRegisterParams{InstanceID: "b", LivenessIntervalS: 3600})
+		now := at(time.Hour)
+
+		// Completed long before now.
+		b.enqueue(t, store.TaskEnqueueParams{TaskType: "done"})
+		done := b.claim(t, "a", t0, "done")
+		_, err := b.s.TaskComplete(ctx, store.TaskCompleteParams{TaskLease: leaseOf(done), Now: at(time.Second)})
+		require.NoError(t, err)
+		// Never claimed.
+		scheduled := b.enqueue(t, store.TaskEnqueueParams{TaskType: "idle"})
+		// Held under a live lease by a live holder.
+		b.enqueue(t, store.TaskEnqueueParams{TaskType: "healthy"})
+		b.claim(t, "a", now.Add(-time.Minute), "healthy")
+		// Reclaimed from a, then claimed again by b: b's lease is fresh.
+		b.enqueue(t, store.TaskEnqueueParams{TaskType: "moved"})
+		b.claim(t, "a", t0, "moved")
+		require.Len(t, b.reclaim(t, at(defaultLease+time.Millisecond)), 1)
+		b.claim(t, "b", now.Add(-time.Minute), "moved")
+
+		before, err := b.s.TaskList(ctx, store.TaskListParams{})
+		require.NoError(t, err)
+		require.Empty(t, b.reclaim(t, now))
+		after, err := b.s.TaskList(ctx, store.TaskListParams{})
+		require.NoError(t, err)
+		require.Equal(t, before, after)
+		requireTaskEqual(t, scheduled, b.getTask(t, scheduled.TaskID))
+	})
+
+	t.Run("ReclaimLimit", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		b.register(t, store.ProcessRegisterParams{InstanceID: "w", LivenessIntervalS: 3600})
+		for range 3 {
+			b.enqueue(t, store.TaskEnqueueParams{})
+			b.claim(t, "w", t0)
+		}
+		now := at(time.Hour)
+		first, err := b.s.TaskReclaim(ctx, store.TaskReclaimParams{Now: now, Limit: 2})
+		require.NoError(t, err)
+		require.Len(t, first, 2)
+		rest, err := b.s.TaskReclaim(ctx, store.TaskReclaimParams{Now: now}) // Limit 0: no limit
+		require.NoError(t, err)
+		require.Len(t, rest, 1)
+		require.NotContains(t, taskIDs(first), rest[0].TaskID)
+		require.Empty(t, b.reclaim(t, now))
+	})
+
+	t.Run("ConcurrentClaims", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		const (
+			workers = 8
+			tasks   = 200
+		)
+		for range tasks {
+			b.enqueue(t, store.TaskEnqueueParams{})
+		}
+		for i := range workers {
+			b.register(t, store.ProcessRegisterParams{InstanceID: fmt.Sprintf("w%d", i), LivenessIntervalS: 3600})
+		}
+
+		// Every worker claims and completes until nothing is left, while a
+		// reader lists alongside; no task may be claimed twice.
+		now := at(time.Second)
+		claimed := make([][]int64, workers)
+		errs := make([]error, workers+1)
+		stop := make(chan struct{})
+		var readers, claimers sync.WaitGroup
+		readers.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := b.s.TaskList(ctx, store.TaskListParams{Status: vigiltype.TaskRunning}); err != nil {
+					errs[workers] = err
+					return
+				}
+			}
+		})
+		for i := range workers {
+			claimers.Go(func() {
+				for {
+					task, err := b.s.TaskClaim(ctx, store.TaskClaimParams{
+						InstanceID: fmt.Sprintf("w%d", i), Types: []string{"email"}, LeaseTimeout: defaultLease, Now: now,
+					})
+					if err != nil || task == nil {
+						errs[i] = err
+						return
+					}
+					claimed[i] = append(claimed[i], task.TaskID)
+					if _, err := b.s.TaskComplete(ctx, store.TaskCompleteParams{TaskLease: leaseOf(task), Now: now}); err != nil {
+						errs[i] = err
+						return
+					}
+				}
+			})
+		}
+		claimers.Wait()
+		close(stop)
+		readers.Wait()
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
+
+		seen := make(map[int64]bool)
+		for _, ids := range claimed {
+			for _, id := range ids {
+				require.False(t, seen[id], "task %d claimed twice", id)
+				seen[id] = true
+			}
+		}
+		require.Len(t, seen, tasks)
+		all, err := b.s.TaskList(ctx, store.TaskListParams{})
+		require.NoError(t, err)
+		for _, task := range all {
+			require.Equal(t, vigiltype.TaskCompleted, task.Status)
+			require.EqualValues(t, 1, task.LeaseEpoch)
+		}
+	})
+}
+
+// taskIDs returns the ids of tasks in order.
+func taskIDs(tasks []*vigiltype.Task) []int64 {
+	var ids []int64
+	for _, task := range tasks {
+		ids = append(ids, task.TaskID)
+	}
+	return ids
+}
