@@ -1,0 +1,195 @@
+package supervisor
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestLoadFleet(t *testing.T) {
+	t.Parallel()
+
+	dir := t.TempDir()
+	path := filepath.Join(dir, "fleet.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`
+# the examples' fleet
+agents:
+  - name: worker-1
+    command: ["go", "run", "./examples/worker"]
+    env: {VIGIL_WORKER_LIVENESS_INTERVAL: "5s", EMPTY: ""}
+    dir: "."
+  - name: critic.v2_b
+    command:
+      - /usr/bin/env
+      - ""
+    dir: sub/dir
+  - name: abs
+    command: [sleep, 1]
+    dir: /srv/x/../y
+`), 0o600))
+
+	fleet, err := LoadFleet(path)
+	require.NoError(t, err)
+	require.Equal(t, &Fleet{Agents: []Agent{
+		{
+			Name:    "worker-1",
+			Command: []string{"go", "run", "./examples/worker"},
+			Env:     map[string]string{"VIGIL_WORKER_LIVENESS_INTERVAL": "5s", "EMPTY": ""},
+			Dir:     dir,
+		},
+		{Name: "critic.v2_b", Command: []string{"/usr/bin/env", ""}, Dir: filepath.Join(dir, "sub", "dir")},
+		{Name: "abs", Command: []string{"sleep", "1"}, Dir: "/srv/y"},
+	}}, fleet)
+}
+
+func TestLoadFleetRelativePathDefaultsDirToFileDir(t *testing.T) {
+	// Not parallel: changes the working directory.
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "f.yml"), []byte("agents: [{name: a, command: [x]}]\n"), 0o600))
+	t.Chdir(dir)
+
+	fleet, err := LoadFleet("f.yml")
+	require.NoError(t, err)
+	require.Equal(t, dir, fleet.Agents[0].Dir) // absolute, so it survives a later chdir
+}
+
+func TestLoadFleetErrors(t *testing.T) {
+	t.Parallel()
+
+	dir := t.TempDir()
+	_, err := LoadFleet(filepath.Join(dir, "missing.yaml"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+	require.ErrorContains(t, err, "load fleet")
+
+	path := filepath.Join(dir, "bad.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("agents:\n  - name: a\n    command: []\n"), 0o600))
+	_, err = LoadFleet(path)
+	require.EqualError(t, err, fmt.Sprintf(`fleet %s: agents[0].command: must not be empty (agent "a")`, path))
+}
+
+func TestParseFleetKeepsDirAsWritten(t *testing.T) {
+	t.Parallel()
+
+	fleet, err := ParseFleet([]byte("agents:\n  - {name: a, command: [x], dir: rel}\n  - {name: b, command: [y]}\n"))
+	require.NoError(t, err)
+	require.Equal(t, "rel", fleet.Agents[0].Dir)
+	require.Empty(t, fleet.Agents[1].Dir)
+	require.Nil(t, fleet.Agents[1].Env)
+}
+
+func TestParseFleetAliases(t *testing.T) {
+	t.Parallel()
+
+	fleet, err := ParseFleet([]byte(`
+agents:
+  - name: a
+    command: &cmd [go, run, ./w]
+    env: &env {K: v}
+  - name: b
+    command: *cmd
+    env: *env
+`))
+	require.NoError(t, err)
+	require.Equal(t, fleet.Agents[0].Command, fleet.Agents[1].Command)
+	require.Equal(t, map[string]string{"K": "v"}, fleet.Agents[1].Env)
+}
+
+func TestParseFleetInvalid(t *testing.T) {
+	t.Parallel()
+
+	long := strings.Repeat("x", 129)
+	tests := []struct {
+		name string
+		yaml string
+		want []string // each must appear in the error
+	}{
+		{"Empty", "", []string{`fleet: empty document`}},
+		{"CommentOnly", "# nothing\n", []string{`fleet: empty document`}},
+		{"NotAMapping", "- a\n", []string{`line 1: top level must be a mapping with an "agents" list`}},
+		{"Syntax", "agents: [\n", []string{"fleet: yaml:"}},
+		{"TwoDocuments", "agents: [{name: a, command: [x]}]\n---\nagents: []\n", []string{"more than one YAML document"}},
+		{"UnknownTopLevelKey", "agents: [{name: a, command: [x]}]\nagent: []\n", []string{`line 2: unknown field "agent" (known: agents)`}},
+		{"NoAgentsKey", "{}\n", []string{"agents: must list at least one agent"}},
+		{"NullAgents", "agents:\n", []string{"agents: must list at least one agent"}},
+		{"EmptyAgents", "agents: []\n", []string{"agents: must list at least one agent"}},
+		{"AgentsNotAList", "agents: {name: a}\n", []string{"agents: must be a list (line 1)"}},
+		{"AgentNotAMapping", "agents: [worker]\n", []string{"agents[0]: must be a mapping with name and command (line 1)"}},
+		{
+			"UnknownAgentKey", "agents:\n  - name: a\n    command: [x]\n  - name: b\n    comand: [x]\n",
+			[]string{`agents[1]: unknown field "comand" (line 5; known: name, command, env, dir)`},
+		},
+		{
+			"RepeatedKey", "agents:\n  - name: a\n    name: b\n    command: [x]\n",
+			[]string{`agents[0]: field "name" repeated (lines 2 and 3)`},
+		},
+		{"MissingName", "agents: [{command: [x]}]\n", []string{"agents[0].name: required"}},
+		{"NullName", "agents: [{name: ~, command: [x]}]\n", []string{"agents[0].name: required"}},
+		{"NameNotString", "agents: [{name: [a], command: [x]}]\n", []string{"agents[0].name: must be a string (line 1)"}},
+		{"NameBadChars", "agents: [{name: 'my worker', command: [x]}]\n", []string{`agents[0].name: "my worker" must be 1 to 128 characters from [A-Za-z0-9_.-]`}},
+		{"NameSlash", "agents: [{name: a/b, command: [x]}]\n", []string{`agents[0].name: "a/b" must be`}},
+		{"NameTooLong", "agents: [{name: " + long + ", command: [x]}]\n", []string{`agents[0].name: "` + long + `" must be`}},
+		{
+			"DuplicateName", "agents:\n  - {name: w, command: [x]}\n  - {name: v, command: [x]}\n  - {name: w, command: [y]}\n",
+			[]string{`agents[2].name: "w" is already used by agents[0]`},
+		},
+		{"MissingCommand", "agents:\n  - {name: a, command: [x]}\n  - {name: b}\n", []string{`agents[1].command: must not be empty (agent "b")`}},
+		{"EmptyCommand", "agents:\n  - {name: a, command: [x]}\n  - {name: b, command: []}\n", []string{`agents[1].command: must not be empty (agent "b")`}},
+		{"NullCommand", "agents: [{name: a, command: }]\n", []string{`agents[0].command: must not be empty (agent "a")`}},
+		{"EmptyArgv0", "agents: [{name: a, command: ['', x]}]\n", []string{`agents[0].command[0]: must not be empty (agent "a")`}},
+		{
+			"CommandIsAString", "agents: [{name: a, command: go run .}]\n",
+			[]string{`agents[0].command: must be a list of strings (argv), e.g. ["go", "run", "."] (line 1)`},
+		},
+		{"CommandItemNotString", "agents: [{name: a, command: [go, {x: y}]}]\n", []string{"agents[0].command[1]: must be a string (line 1)"}},
+		{"CommandItemNull", "agents: [{name: a, command: [go, ~]}]\n", []string{"agents[0].command[1]: must be a string (line 1)"}},
+		{"EnvNotAMapping", "agents: [{name: a, command: [x], env: [A=b]}]\n", []string{"agents[0].env: must be a mapping of variable names to strings (line 1)"}},
+		{"EnvValueNotString", "agents: [{name: a, command: [x], env: {A: [b]}}]\n", []string{"agents[0].env.A: must be a string (line 1)"}},
+		{"EnvNameWithEquals", "agents: [{name: a, command: [x], env: {'A=B': c}}]\n", []string{`agents[0].env: variable name "A=B" must not contain '=' or NUL (agent "a")`}},
+		{"EnvNameEmpty", "agents: [{name: a, command: [x], env: {'': c}}]\n", []string{`agents[0].env: variable name must not be empty (agent "a")`}},
+		{"EnvSetsKind", "agents: [{name: a, command: [x], env: {VIGIL_KIND: b}}]\n", []string{`agents[0].env: VIGIL_KIND is set by the supervisor to the agent's name (agent "a")`}},
+		{"EnvRepeatedName", "agents: [{name: a, command: [x], env: {A: b, A: c}}]\n", []string{`agents[0].env: field "A" repeated`}},
+		{"DirNotString", "agents: [{name: a, command: [x], dir: [d]}]\n", []string{"agents[0].dir: must be a string (line 1)"}},
+		{
+			"SeveralProblemsReportedTogether", "agents:\n  - {name: a}\n  - {name: 'b c', command: [x]}\n",
+			[]string{`agents[0].command: must not be empty (agent "a")`, `agents[1].name: "b c" must be`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			fleet, err := ParseFleet([]byte(tt.yaml))
+			require.Error(t, err)
+			require.Nil(t, fleet)
+			require.True(t, strings.HasPrefix(err.Error(), "fleet: "), "error %q lacks the fleet: prefix", err)
+			for _, want := range tt.want {
+				require.ErrorContains(t, err, want)
+			}
+		})
+	}
+}
+
+func ExampleParseFleet() {
+	fleet, err := ParseFleet([]byte(`
+agents:
+  - name: worker-1
+    command: ["go", "run", "./examples/worker"]
+    env: {VIGIL_WORKER_LIVENESS_INTERVAL: "5s"}
+`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, a := range fleet.Agents {
+		fmt.Println(a.Name, a.Command, a.Env)
+	}
+
+	_, err = ParseFleet([]byte("agents:\n  - {name: worker-1, command: [x]}\n  - {name: worker-2, command: []}\n"))
+	fmt.Println(err)
+	// Output:
+	// worker-1 [go run ./examples/worker] map[VIGIL_WORKER_LIVENESS_INTERVAL:5s]
+	// fleet: agents[1].command: must not be empty (agent "worker-2")
+}

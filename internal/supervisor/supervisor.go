@@ -1,0 +1,397 @@
+package supervisor
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"os/exec"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// StopGraceDefault is how long a stopping agent's process group has between
+// SIGTERM and SIGKILL: 10s (the grace R2 gives a process before the kill;
+// DESIGN S3 leaves the value open).
+const StopGraceDefault = 10 * time.Second
+
+// killReapTimeout bounds the wait, after SIGKILL, for the group's other
+// processes to die. SIGKILL cannot be caught, so only a process stuck in the
+// kernel (uninterruptible sleep) can outlast it.
+const killReapTimeout = 5 * time.Second
+
+// groupPollInterval is how often a stopping group is checked for survivors
+// once its leader has exited: those are not our children, so no wait(2)
+// tells us when they are gone.
+const groupPollInterval = 20 * time.Millisecond
+
+// Config configures a Supervisor. Zero fields take the defaults given.
+type Config struct {
+	// Agents to launch and keep running, usually Fleet.Agents. Required,
+	// validated as a fleet file is.
+	Agents []Agent
+	// ExtraEnv is added to every child's environment, after the supervisor's
+	// own and before VIGIL_KIND and the agent's Env (e.g. VIGIL_URL).
+	// Optional; may not set VIGIL_KIND.
+	ExtraEnv map[string]string
+	// Backoff decides restart delays (DESIGN S2); zero fields default to
+	// BackoffMinDefault (5s), FastFailureDefault (30s) and BackoffMaxDefault
+	// (300s).
+	Backoff BackoffPolicy
+	// StopGrace is how long a stopping agent's process group has between
+	// SIGTERM and SIGKILL (DESIGN S3). Default StopGraceDefault (10s).
+	StopGrace time.Duration
+	// Logger receives one record per start, exit, launch failure, scheduled
+	// restart and stop. Default slog.Default().
+	Logger *slog.Logger
+	// Stdout and Stderr receive the children's output, line by line, each
+	// line prefixed with "[<agent name>] ". Writes are serialised.
+	// Default os.Stdout and os.Stderr.
+	Stdout, Stderr io.Writer
+}
+
+// AgentStatus is a point-in-time view of one supervised agent.
+type AgentStatus struct {
+	// Name is the agent's name.
+	Name string `json:"name"`
+	// PID is the current process's pid while Running, else the last one's;
+	// 0 if no process was ever started.
+	PID int `json:"pid"`
+	// Running is true from a successful start until the process exits.
+	Running bool `json:"running"`
+	// StartedAt is when the current (or last) process was started.
+	StartedAt time.Time `json:"started_at,omitzero"`
+	// Restarts counts launch attempts after the first, failed ones included.
+	Restarts int `json:"restarts"`
+	// LastExit describes how the last process ended, e.g. "exit status 1
+	// after 2.5s", "signal: killed after 10s" or "launch failed: …"; empty
+	// until the first exit.
+	LastExit string `json:"last_exit,omitempty"`
+}
+
+// Supervisor launches each agent as a child in its own process group and
+// restarts it after every exit (DESIGN S1–S3). Create it with New, run it
+// with Run; Status may be called at any time from any goroutine.
+type Supervisor struct {
+	agents    []Agent
+	extraEnv  map[string]string
+	backoff   BackoffPolicy
+	stopGrace time.Duration
+	logger    *slog.Logger
+	stdout    io.Writer
+	stderr    io.Writer
+
+	ran atomic.Bool
+
+	mu     sync.Mutex
+	status []AgentStatus // same order as agents
+
+	testSignals testSignals
+}
+
+// New validates cfg, fills its defaults and returns a Supervisor that has not
+// started anything yet.
+func New(cfg Config) (*Supervisor, error) {
+	if err := groupSupport(); err != nil {
+		return nil, fmt.Errorf("new supervisor: %w", err)
+	}
+	var errs []error
+	if len(cfg.Agents) == 0 {
+		errs = append(errs, errors.New("agents: must list at least one agent"))
+	}
+	errs = append(errs, validateAgents(cfg.Agents)...)
+	for _, k := range sortedKeys(cfg.ExtraEnv) {
+		if err := checkEnvVar(k, cfg.ExtraEnv[k]); err != nil {
+			errs = append(errs, fmt.Errorf("ExtraEnv: %w", err))
+		}
+	}
+	backoff := cfg.Backoff.withDefaults()
+	if err := backoff.validate("Backoff"); err != nil {
+		errs = append(errs, err)
+	}
+	if cfg.StopGrace < 0 {
+		errs = append(errs, fmt.Errorf("StopGrace: must not be negative, got %s", cfg.StopGrace))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("supervisor config: %w", err)
+	}
+
+	agents := make([]Agent, len(cfg.Agents))
+	status := make([]AgentStatus, len(cfg.Agents))
+	for i, a := range cfg.Agents {
+		agents[i] = Agent{Name: a.Name, Command: slices.Clone(a.Command), Env: maps.Clone(a.Env), Dir: a.Dir}
+		status[i] = AgentStatus{Name: a.Name}
+	}
+	stdout, stderr := cfg.Stdout, cfg.Stderr
+	if stdout == nil {
+		stdout = os.Stdout
+	}
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	var outMu sync.Mutex
+	return &Supervisor{
+		agents:    agents,
+		extraEnv:  maps.Clone(cfg.ExtraEnv),
+		backoff:   backoff,
+		stopGrace: cmp.Or(cfg.StopGrace, StopGraceDefault),
+		logger:    cmp.Or(cfg.Logger, slog.Default()),
+		stdout:    syncWriter{mu: &outMu, w: stdout},
+		stderr:    syncWriter{mu: &outMu, w: stderr},
+		status:    status,
+	}, nil
+}
+
+// Run launches every agent and keeps each running until ctx is cancelled:
+// every exit, code 0 included, and every launch failure is followed by a
+// restart after the BackoffPolicy delay.
+//
+// When ctx is cancelled, Run sends SIGTERM to each child's process group,
+// waits up to StopGrace for the group to exit, SIGKILLs what is left, waits
+// for the children to be reaped, and returns nil. Run may be called once.
+func (s *Supervisor) Run(ctx context.Context) error {
+	if !s.ran.CompareAndSwap(false, true) {
+		return errors.New("supervisor: Run called more than once")
+	}
+	s.logger.Info("supervisor starting", "agents", len(s.agents))
+	var wg sync.WaitGroup
+	for i := range s.agents {
+		wg.Go(func() { s.superviseAgent(ctx, i) })
+	}
+	wg.Wait()
+	s.logger.Info("supervisor stopped", "agents", len(s.agents))
+	return nil
+}
+
+// Status returns the state of every agent, in Config.Agents order.
+func (s *Supervisor) Status() []AgentStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.status)
+}
+
+func (s *Supervisor) updateStatus(i int, f func(*AgentStatus)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(&s.status[i])
+}
+
+// superviseAgent is agent i's start → run → backoff loop; it returns once ctx
+// is cancelled and the agent's process group is gone.
+func (s *Supervisor) superviseAgent(ctx context.Context, i int) {
+	log := s.logger.With("agent", s.agents[i].Name)
+	tracker := NewBackoffTracker(s.backoff)
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		if attempt > 0 {
+			s.updateStatus(i, func(st *AgentStatus) { st.Restarts++ })
+		}
+		runTime, launched := s.runOnce(ctx, i, log)
+		if ctx.Err() != nil {
+			return
+		}
+		if !launched {
+			runTime = 0 // a launch failure backs off like a fast failure
+		}
+		delay := tracker.Next(runTime)
+		log.Info("agent restart scheduled", "delay", delay)
+		s.testSignals.restartScheduled.signal(delay)
+		if !sleepCtx(ctx, delay) {
+			return
+		}
+	}
+}
+
+// runOnce starts agent i and waits for its process group to be gone, either
+// because the process exited or because ctx was cancelled. launched is false
+// if the process could not be started; runTime is measured on the monotonic
+// clock.
+func (s *Supervisor) runOnce(ctx context.Context, i int, log *slog.Logger) (runTime time.Duration, launched bool) {
+	a := s.agents[i]
+	cmd, pipes, err := s.start(a)
+	if err != nil {
+		log.Error("agent launch failed", "command", a.Command, "dir", a.Dir, "err", err)
+		s.recordExit(i, "launch failed: "+err.Error())
+		s.testSignals.launchFailed.signal(err)
+		return 0, false
+	}
+	started := time.Now()
+	pid := cmd.Process.Pid // also the process group id
+	log.Info("agent started", "pid", pid)
+	s.updateStatus(i, func(st *AgentStatus) {
+		st.PID, st.Running, st.StartedAt = pid, true, started
+	})
+	s.testSignals.started.signal(pid)
+	// Copy output only now, so that a line from the child is never seen
+	// before Status and the log show the child running.
+	out := startOutputCopy(a.Name, pipes...)
+
+	waited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait() // the outcome is in cmd.ProcessState
+		close(waited)
+	}()
+
+	select {
+	case <-waited:
+		runTime = time.Since(started)
+		s.recordExit(i, logExit(log, slog.LevelWarn, "agent exited", pid, cmd.ProcessState, runTime))
+		// The leader is gone; anything it left in its group would be
+		// orphaned by the restart, so it goes too.
+		if groupRunning(pid) {
+			log.Warn("agent left processes in its group; stopping them", "pgid", pid)
+			s.stopGroup(log, pid, waited)
+		}
+	case <-ctx.Done():
+		s.stopGroup(log, pid, waited)
+		runTime = time.Since(started)
+		s.recordExit(i, logExit(log, slog.LevelInfo, "agent stopped", pid, cmd.ProcessState, runTime))
+	}
+	out.finish(outputDrainTimeout)
+	s.testSignals.exited.signal(s.Status()[i].LastExit)
+	return runTime, true
+}
+
+// recordExit marks agent i not running, desc describing how it ended.
+func (s *Supervisor) recordExit(i int, desc string) {
+	s.updateStatus(i, func(st *AgentStatus) {
+		st.Running = false
+		st.LastExit = desc
+	})
+}
+
+// start launches agent a in a new process group. The returned pipes carry
+// its stdout and stderr, paired with the supervisor's writers.
+func (s *Supervisor) start(a Agent) (*exec.Cmd, []outputPair, error) {
+	cmd := exec.Command(a.Command[0], a.Command[1:]...)
+	cmd.Dir = a.Dir
+	cmd.Env = s.childEnv(a)
+	cmd.SysProcAttr = groupSysProcAttr()
+	// Own pipes rather than io.Writers: exec would copy from a goroutine that
+	// Wait joins, and Wait would then block on any grandchild that still
+	// holds the pipe.
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("stdout pipe: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		_, _ = outR.Close(), outW.Close()
+		return nil, nil, fmt.Errorf("stderr pipe: %w", err)
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	err = cmd.Start()
+	// The child has its own copies; ours would keep the pipes open forever.
+	_, _ = outW.Close(), errW.Close()
+	if err != nil {
+		_, _ = outR.Close(), errR.Close()
+		return nil, nil, err
+	}
+	return cmd, []outputPair{{outR, s.stdout}, {errR, s.stderr}}, nil
+}
+
+// childEnv is os.Environ() + ExtraEnv + VIGIL_KIND=<name> + the agent's Env;
+// exec keeps the last value of a repeated name.
+func (s *Supervisor) childEnv(a Agent) []string {
+	env := os.Environ()
+	for _, k := range sortedKeys(s.extraEnv) {
+		env = append(env, k+"="+s.extraEnv[k])
+	}
+	env = append(env, EnvKind+"="+a.Name)
+	for _, k := range sortedKeys(a.Env) {
+		env = append(env, k+"="+a.Env[k])
+	}
+	return env
+}
+
+// stopGroup stops process group pgid (DESIGN S3): SIGTERM; up to StopGrace
+// for the leader to be reaped (waited closed) and the rest of the group to
+// exit; then SIGKILL. It returns once the leader is reaped and no process of
+// the group is running.
+func (s *Supervisor) stopGroup(log *slog.Logger, pgid int, waited <-chan struct{}) {
+	if err := terminateGroup(pgid); err != nil {
+		log.Error("stop agent", "pgid", pgid, "err", err)
+	}
+	grace := time.NewTimer(s.stopGrace)
+	defer grace.Stop()
+	if waitGroupGone(pgid, waited, grace.C) {
+		return
+	}
+	log.Warn("agent did not stop within grace; sending SIGKILL", "pgid", pgid, "grace", s.stopGrace)
+	if err := killGroup(pgid); err != nil {
+		log.Error("kill agent", "pgid", pgid, "err", err)
+	}
+	<-waited // SIGKILL cannot be ignored: the leader dies and Wait returns
+	bound := time.NewTimer(killReapTimeout)
+	defer bound.Stop()
+	if !waitGroupGone(pgid, waited, bound.C) {
+		log.Error("processes of the agent's group still running after SIGKILL", "pgid", pgid, "waited", killReapTimeout)
+	}
+}
+
+// waitGroupGone waits for the leader to be reaped (waited closed) and then
+// for group pgid to have no running process. It returns false if deadline
+// fires first.
+func waitGroupGone(pgid int, waited <-chan struct{}, deadline <-chan time.Time) bool {
+	select {
+	case <-waited:
+	case <-deadline:
+		return false
+	}
+	if !groupRunning(pgid) {
+		return true
+	}
+	tick := time.NewTicker(groupPollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			if !groupRunning(pgid) {
+				return true
+			}
+		case <-deadline:
+			return false
+		}
+	}
+}
+
+// logExit logs how a process ended — exit code or signal, and run time —
+// and returns the same as a one-line description for AgentStatus.LastExit.
+func logExit(log *slog.Logger, level slog.Level, msg string, pid int, state *os.ProcessState, runTime time.Duration) string {
+	rt := runTime.Round(time.Millisecond)
+	attrs := []slog.Attr{slog.Int("pid", pid)}
+	desc := fmt.Sprintf("unknown exit after %s", rt)
+	if state != nil {
+		desc = fmt.Sprintf("%s after %s", state, rt)
+		if sig, ok := exitSignal(state); ok {
+			attrs = append(attrs, slog.String("signal", sig))
+		} else {
+			attrs = append(attrs, slog.Int("code", state.ExitCode()))
+		}
+	}
+	attrs = append(attrs, slog.Duration("run_time", rt))
+	log.LogAttrs(context.Background(), level, msg, attrs...)
+	return desc
+}
+
+// sleepCtx waits for d or for ctx to be cancelled; it reports whether the
+// full delay passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func sortedKeys(m map[string]string) []string {
+	return slices.Sorted(maps.Keys(m))
+}

@@ -1,0 +1,42 @@
+package supervisor
+
+import "time"
+
+// testSignal lets a test wait for something that happens inside the
+// supervisor's goroutines instead of sleeping (after river's
+// rivershared/testsignal). It does nothing until a test calls init.
+type testSignal[T any] struct {
+	ch chan T
+}
+
+// testSignalBuffer is how many unread signals are kept; later ones are
+// dropped rather than blocking the supervisor.
+const testSignalBuffer = 100
+
+func (s *testSignal[T]) init() { s.ch = make(chan T, testSignalBuffer) }
+
+func (s *testSignal[T]) signal(v T) {
+	if s.ch == nil {
+		return
+	}
+	select {
+	case s.ch <- v:
+	default:
+	}
+}
+
+// testSignals are the supervisor's observable steps. A test initialises them
+// between New and Run.
+type testSignals struct {
+	started          testSignal[int]           // pid of a started process
+	launchFailed     testSignal[error]         // a launch failure
+	exited           testSignal[string]        // exit description, stops included
+	restartScheduled testSignal[time.Duration] // the backoff delay chosen
+}
+
+func (s *testSignals) init() {
+	s.started.init()
+	s.launchFailed.init()
+	s.exited.init()
+	s.restartScheduled.init()
+}
