@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
@@ -142,6 +143,16 @@ func TestServeRefusesExposureWithoutToken(t *testing.T) {
 	code, _, errOut = run(t, "up", "--fleet", t.TempDir()+"/missing.yaml", "--db", db)
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, errOut, "no such file")
+
+	code, _, errOut = run(t, "up", "--backoff-min", "10s", "--backoff-max", "1s", "--db", db)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "--backoff-max (1s) must not be below --backoff-min (10s)")
+
+	bad := t.TempDir() + "/fleet.yaml"
+	require.NoError(t, os.WriteFile(bad, []byte("agents:\n  - name: w\n    command: []\n"), 0o644))
+	code, _, errOut = run(t, "up", "--fleet", bad, "--db", db)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "agents[0].command: must not be empty")
 }
 
 func registerParams(kind string) liveness.RegisterParams {

@@ -51,12 +51,15 @@ Fleet file:
 			if err != nil {
 				return err
 			}
+			if err := checkBackoff(backoff); err != nil {
+				return err
+			}
 			fleet, err := supervisor.LoadFleet(fleetPath)
 			if err != nil {
 				if errors.Is(err, os.ErrNotExist) {
 					return fmt.Errorf("--fleet %s: no such file (the bundled example is examples/fleet.yaml)", fleetPath)
 				}
-				return fmt.Errorf("--fleet %s: %w", fleetPath, err)
+				return err // names the file and the field
 			}
 			extraEnv := map[string]string{}
 			if f.tokenFile != "" {
@@ -78,7 +81,7 @@ Fleet file:
 			})
 			if err != nil {
 				_ = d.Stop()
-				return fmt.Errorf("--fleet %s: %w", fleetPath, err)
+				return err
 			}
 			d.Start(ctx)
 			logger.Info("supervising fleet", "fleet", fleetPath, "agents", len(fleet.Agents))
@@ -100,4 +103,17 @@ Fleet file:
 	fs.DurationVar(&backoff.Max, "backoff-max", supervisor.BackoffMaxDefault, "cap on the restart delay")
 	fs.DurationVar(&stopGrace, "stop-grace", supervisor.StopGraceDefault, "time between SIGTERM and SIGKILL when stopping an agent")
 	return cmd
+}
+
+// checkBackoff validates the --backoff-* flags before anything starts.
+func checkBackoff(b supervisor.BackoffPolicy) error {
+	switch {
+	case b.Min <= 0:
+		return fmt.Errorf("--backoff-min must be positive, got %s", b.Min)
+	case b.FastFailure <= 0:
+		return fmt.Errorf("--backoff-fast-failure must be positive, got %s", b.FastFailure)
+	case b.Max < b.Min:
+		return fmt.Errorf("--backoff-max (%s) must not be below --backoff-min (%s)", b.Max, b.Min)
+	}
+	return nil
 }
