@@ -394,6 +394,12 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, vigiltype.ErrUnauthorized):
 		status, code = http.StatusUnauthorized, "unauthorized"
 	}
+	if status == http.StatusInternalServerError && r.Context().Err() != nil {
+		// The client went away (timeout, shutdown): nobody reads this answer.
+		a.Logger.Debug("request abandoned by client", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "request cancelled")
+		return
+	}
 	if status == http.StatusInternalServerError {
 		a.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		writeError(w, status, code, "internal error")

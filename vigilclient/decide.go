@@ -1,0 +1,95 @@
+package vigilclient
+
+import (
+	"time"
+
+	"github.com/vigil-fleet/vigil/vigiltype"
+)
+
+// The agent runtime's decisions, as plain functions of explicit times so
+// they are tested without goroutines or a clock (STYLE §5). All times are
+// local: deadlines are built by adding durations to time.Now() values taken
+// when a request was sent, so they keep Go's monotonic reading and a wall
+// clock jump cannot move them. Server timestamps are only ever subtracted
+// from each other (a window), never compared with the local clock.
+
+// leaseWindow is the lease window the server granted in its answer to a
+// claim or a lease heartbeat: lease_expires_at - last_heartbeat_at, both
+// stamped by the server's clock in one write. When the answer lacks them it
+// falls back to the task's own lease_timeout_s; ok is false when neither is
+// known (the server's --lease-timeout applies and was not reported).
+func leaseWindow(t *vigiltype.Task) (window time.Duration, ok bool) {
+	if t == nil {
+		return 0, false
+	}
+	if t.LeaseExpiresAt != nil && t.LastHeartbeatAt != nil {
+		if w := t.LeaseExpiresAt.Sub(*t.LastHeartbeatAt); w > 0 {
+			return w, true
+		}
+	}
+	if t.LeaseTimeoutS > 0 {
+		return time.Duration(t.LeaseTimeoutS * float64(time.Second)), true
+	}
+	return 0, false
+}
+
+// leaseDeadline is the local instant after which the lease must be taken as
+// lost unless renewed again: the local time the last successful renewal
+// (or the claim) was sent, plus the window the server granted. Using the
+// send time, not the receive time, errs early: the server stamped the
+// renewal after it was sent, so its own expiry is never before this.
+func leaseDeadline(renewalSent time.Time, window time.Duration) time.Time {
+	return renewalSent.Add(window)
+}
+
+// leaseExpired reports whether the lease deadline has passed at now.
+func leaseExpired(now, deadline time.Time) bool { return !now.Before(deadline) }
+
+// aliveWindow is how long the server keeps an instance alive after a
+// liveness heartbeat: AliveWindowFactor × interval, rounded as the server
+// rounds it (DESIGN L3).
+func aliveWindow(livenessInterval time.Duration) time.Duration {
+	return vigiltype.AliveWindow(livenessInterval.Seconds())
+}
+
+// fenceNeeded reports whether an instance whose last accepted liveness
+// heartbeat was sent at lastAccepted must stop working at now: the alive
+// window has passed, so the server may show it stopped and reclaim its
+// task, and it must not keep running unseen. Like leaseDeadline it counts
+// from the send time, so it fences no later than the server stops it.
+func fenceNeeded(now, lastAccepted time.Time, window time.Duration) bool {
+	return !now.Before(lastAccepted.Add(window))
+}
+
+// callTimeout bounds one periodic call (a liveness or lease heartbeat) made
+// every interval: 4/5 of the interval, so one slow call is abandoned before
+// the next tick and never delays it, and at most callTimeoutMax.
+func callTimeout(interval time.Duration) time.Duration {
+	return min(interval*4/5, callTimeoutMax)
+}
+
+// callTimeoutMax bounds every single request the agent runtime makes.
+const callTimeoutMax = 10 * time.Second
+
+// outcomeAttempts is how many times the runtime sends a handler's outcome
+// (complete, fail, release) when the server cannot be reached or answers
+// 5xx. A 4xx answer, 409 stale_epoch included, is final.
+const outcomeAttempts = 5
+
+// outcomeBackoff is the wait before retry n (1-based) of an outcome call:
+// 250ms doubling, at most 2s. Four retries take under 4s in all.
+func outcomeBackoff(n int) time.Duration {
+	d := 250 * time.Millisecond << (n - 1)
+	return min(d, 2*time.Second)
+}
+
+// registerBackoff is the wait before registration attempt n+1 after n
+// transient failures: 1s doubling, capped at the liveness interval (and at
+// most a minute), so an agent started before its server waits for it.
+func registerBackoff(n int, livenessInterval time.Duration) time.Duration {
+	limit := min(livenessInterval, time.Minute)
+	if n > 16 {
+		return limit
+	}
+	return min(time.Second<<(n-1), limit)
+}

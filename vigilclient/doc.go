@@ -1,0 +1,89 @@
+// Package vigilclient is vigil's Go SDK: a typed client for the HTTP API
+// (docs/api.md) and an agent runtime in which an agent is a handler
+// function (DESIGN §7).
+//
+// It depends only on the standard library and vigiltype, never on the
+// server's internal packages.
+//
+// # Client
+//
+// New returns a Client for one or more server URLs; NewFromEnv reads them
+// from VIGIL_URL (comma-separated, default http://127.0.0.1:7711) and the
+// server token from the file named by VIGIL_TOKEN_FILE. There is one method
+// per endpoint. Durations are time.Duration and go over the wire in seconds.
+// An error answer is an *APIError; errors.Is matches it against vigiltype's
+// sentinels:
+//
+//	_, err := c.Complete(ctx, lease, result)
+//	if errors.Is(err, vigiltype.ErrStaleEpoch) {
+//		// the lease was reclaimed: the completion changed nothing
+//	}
+//
+// # Agent lifecycle
+//
+// Agent.Run keeps three signals on three separate timers, each from its own
+// setting (DESIGN §1, L5):
+//
+//	liveness heartbeat   every LivenessInterval   "this OS process is up"
+//	lease heartbeat      every HeartbeatInterval  "I still hold this task" (only while one is held)
+//	claim                every PollInterval       while idle; at once again after a task
+//
+// Run proceeds as follows.
+//
+//  1. Register: POST /v1/processes with the kind, hostname, pid and the
+//     liveness interval. Retried while the server is unreachable.
+//  2. Liveness: every LivenessInterval a heartbeat, each in its own
+//     goroutine with a timeout under the interval, so a hung call never
+//     delays the next.
+//  3. Poll: claim one task of the Handlers' types; none → wait
+//     PollInterval; one → run its handler, then claim again at once.
+//  4. Lease: while a handler runs, a lease heartbeat every HeartbeatInterval
+//     carrying the epoch. The handler's context is cancelled with cause
+//     ErrLeaseLost when the server answers 409 stale_epoch, or when the
+//     lease deadline passes without an accepted renewal. The deadline is
+//     kept on the local monotonic clock: the local time the last accepted
+//     renewal (or the claim) was sent plus the lease window the server
+//     granted in its answer (lease_expires_at - last_heartbeat_at, both
+//     server times), so clock skew between hosts does not matter.
+//  5. Outcome: a nil error completes the task with the result marshalled to
+//     JSON; an error fails it with the error's text. The outcome is sent
+//     even after the lease was lost: the server arbitrates, and refuses a
+//     stale one with 409, logged as "complete refused: lease lost (stale
+//     epoch)" and not retried. Unreachable server or 5xx: retried a few
+//     times. The server sets and clears the instance's current task itself
+//     (DESIGN L6).
+//  6. Stop (ctx cancelled, e.g. by signal.NotifyContext or RunWithSignals):
+//     no more claims; the liveness and lease heartbeats go on while the
+//     running handler gets DrainGrace to finish. If it does not, its context
+//     is cancelled with ErrDraining, it gets a few more seconds to return,
+//     and the task is released (back to scheduled, no attempt counted).
+//     Then POST exit, so the instance shows stopped at once, and Run returns.
+//
+// # Fencing
+//
+// The server shows an instance stopped once 3 × its liveness interval (the
+// alive window) passes without a heartbeat, and then reclaims its task
+// (DESIGN L3, docs/api.md Reclaim). An agent that cannot reach the server
+// must therefore not go on working unseen: when no liveness heartbeat was
+// accepted for the alive window (counted from when the last accepted one
+// was sent, so the agent stops no later than the server gives up on it),
+// or when the server no longer accepts the instance at all (not_found,
+// invalid_token, instance_exited), the agent is fenced: it stops claiming
+// and cancels its running handler with cause ErrFenced.
+//
+// While fenced it keeps trying, once every liveness interval, and the way
+// back is a new instance: it registers a fresh instance_id (the old row may
+// already show stopped and its task may be in other hands, so reviving it
+// would misreport history), marks the old instance exited (best effort), and
+// resumes claiming. Agent.InstanceID reports the new id; the switch is
+// logged as "re-registered after fence; resuming".
+//
+// # Settings
+//
+// SettingsFromEnv(kind) reads VIGIL_<KIND>_LIVENESS_INTERVAL (default 30s),
+// VIGIL_<KIND>_HEARTBEAT_INTERVAL (default 60s) and
+// VIGIL_<KIND>_POLL_INTERVAL (default 5s), KIND upper-cased with '-' and '.'
+// turned into '_' (DESIGN L5). A value is a Go duration ("30s") or a plain
+// number of seconds ("30", "0.5"); anything else, zero, negative, NaN or
+// infinite is an error naming the variable.
+package vigilclient
