@@ -19,8 +19,10 @@ import (
 )
 
 // DrainGraceDefault is how long a stopping Agent lets its running handler
-// finish before cancelling it and releasing the task.
-const DrainGraceDefault = 30 * time.Second
+// finish before cancelling it and releasing the task: 20s, so that drain,
+// release and exit fit inside the 30s a supervisor (vigil's, or Kubernetes')
+// gives between SIGTERM and SIGKILL.
+const DrainGraceDefault = 20 * time.Second
 
 // abandonWait is how long a stopping Agent waits for a handler it cancelled
 // to return before it releases the task anyway and abandons the handler.

@@ -156,7 +156,9 @@ func (d *Daemon) Stop() error {
 			err = errors.Join(err, serr)
 		}
 	}
-	return errors.Join(err, d.store.Close())
+	err = errors.Join(err, d.store.Close())
+	d.cfg.Logger.Info("vigil stopped", "err", err)
+	return err
 }
 
 // Run starts the daemon and blocks until ctx ends or the server fails.

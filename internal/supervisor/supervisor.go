@@ -17,9 +17,11 @@ import (
 )
 
 // StopGraceDefault is how long a stopping agent's process group has between
-// SIGTERM and SIGKILL: 10s (the grace R2 gives a process before the kill;
-// DESIGN S3 leaves the value open).
-const StopGraceDefault = 10 * time.Second
+// SIGTERM and SIGKILL: 30s, as Kubernetes' terminationGracePeriodSeconds
+// (DESIGN S3 leaves the value open). It is longer than the Go SDK's drain
+// grace (vigilclient.DrainGraceDefault, 20s), so an agent on the SDK can
+// finish or release its task and record its exit before the kill.
+const StopGraceDefault = 30 * time.Second
 
 // killReapTimeout bounds the wait, after SIGKILL, for the group's other
 // processes to die. SIGKILL cannot be caught, so only a process stuck in the

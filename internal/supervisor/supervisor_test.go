@@ -258,7 +258,7 @@ func TestNew(t *testing.T) {
 		sup, err := New(Config{Agents: []Agent{{Name: "a", Command: []string{"true"}}}})
 		require.NoError(t, err)
 		require.Equal(t, StopGraceDefault, sup.stopGrace)
-		require.Equal(t, 10*time.Second, StopGraceDefault)
+		require.Equal(t, 30*time.Second, StopGraceDefault)
 		require.Equal(t, BackoffPolicy{Min: BackoffMinDefault, FastFailure: FastFailureDefault, Max: BackoffMaxDefault}, sup.backoff)
 		require.Equal(t, slog.Default(), sup.logger)
 		require.Equal(t, os.Stdout, sup.stdout.(syncWriter).w)
