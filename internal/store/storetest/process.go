@@ -315,6 +315,45 @@ func exerciseProcess(ctx context.Context, t *testing.T, newStore func(t *testing
 		_, err = b.s.ProcessGet(ctx, "holder", now)
 		require.ErrorIs(t, err, vigiltype.ErrNotFound)
 	})
+
+	t.Run("ListOrderIsByteOrder", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		// Ties on started_at break on instance_id compared byte by byte
+		// (upper case before lower, '-' before '_' before letters), not by
+		// a database's linguistic collation; the cursor and ProcessLatest
+		// agree with the listing.
+		ids := []string{"b", "B", "a_b", "a-b", "ab", "a", "Z", "a b"}
+		for _, id := range ids {
+			b.register(t, store.ProcessRegisterParams{InstanceID: id, ProcessKind: "k"})
+		}
+		want := slices.Clone(ids)
+		slices.SortFunc(want, func(x, y string) int { return strings.Compare(y, x) })
+
+		procs, err := b.s.ProcessList(ctx, store.ProcessListParams{Now: t0})
+		require.NoError(t, err)
+		require.Equal(t, want, instanceIDs(procs))
+
+		var got []string
+		var after *store.ProcessCursor
+		for page := 0; ; page++ {
+			require.Less(t, page, 10, "pagination does not end")
+			procs, err := b.s.ProcessList(ctx, store.ProcessListParams{After: after, Limit: 3, Now: t0})
+			require.NoError(t, err)
+			if len(procs) == 0 {
+				break
+			}
+			got = append(got, instanceIDs(procs)...)
+			last := procs[len(procs)-1]
+			after = &store.ProcessCursor{StartedAt: last.StartedAt, InstanceID: last.InstanceID}
+		}
+		require.Equal(t, want, got)
+
+		latest, err := b.s.ProcessLatest(ctx, "k", t0)
+		require.NoError(t, err)
+		require.Equal(t, want[0], latest.InstanceID)
+	})
 }
 
 // requireStatus checks an instance's status at now, both as ProcessGet

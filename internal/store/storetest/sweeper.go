@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -52,5 +53,25 @@ func exerciseSweeper(ctx context.Context, t *testing.T, newStore func(t *testing
 				LastResultCount: 3, LastRunDurationMS: 0.4, LastError: ptr("database is busy"),
 			},
 		}, sweepers)
+	})
+
+	t.Run("ListOrderIsByteOrder", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		// Names are ordered byte by byte, not by a linguistic collation.
+		names := []string{"b", "B", "a_b", "a-b", "ab", "Z"}
+		for _, name := range names {
+			require.NoError(t, b.s.SweeperRecord(ctx, &vigiltype.Sweeper{Name: name, IntervalS: 1}))
+		}
+		sweepers, err := b.s.SweeperList(ctx)
+		require.NoError(t, err)
+		var got []string
+		for _, sw := range sweepers {
+			got = append(got, sw.Name)
+		}
+		want := slices.Clone(names)
+		slices.Sort(want)
+		require.Equal(t, want, got)
 	})
 }

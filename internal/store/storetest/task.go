@@ -644,6 +644,90 @@ func exerciseTask(ctx context.Context, t *testing.T, newStore func(t *testing.T)
 			require.EqualValues(t, 1, task.LeaseEpoch)
 		}
 	})
+
+	t.Run("JSONKeptAsGiven", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		// Every document json.Valid accepts is stored and read back with
+		// the same meaning, as payload and as result: a \u0000 escape (which
+		// PostgreSQL's jsonb would refuse), non-ASCII text, big numbers,
+		// a duplicate key, a bare null. A null result is JSON null, not the
+		// SQL NULL of "no result".
+		b.register(t, store.ProcessRegisterParams{InstanceID: "w", LivenessIntervalS: 3600})
+		for i, doc := range []string{
+			`{"s": "nul \u0000 here", "t": "tab\t"}`,
+			`"π ✓ 😀 \ud83d\ude00"`,
+			`[12345678901234567890, -0.0, 1.5e300]`,
+			`{"a": 1, "a": 2}`,
+			`null`,
+		} {
+			typ := fmt.Sprintf("json-%d", i)
+			task := b.enqueue(t, store.TaskEnqueueParams{TaskType: typ, Payload: json.RawMessage(doc)})
+			requireJSONEq(t, json.RawMessage(doc), task.Payload, "payload "+doc)
+			requireJSONEq(t, json.RawMessage(doc), b.getTask(t, task.TaskID).Payload, "payload "+doc)
+
+			claimed := b.claim(t, "w", t0, typ)
+			done, err := b.s.TaskComplete(ctx, store.TaskCompleteParams{
+				TaskLease: leaseOf(claimed), Result: json.RawMessage(doc), Now: t0,
+			})
+			require.NoError(t, err, doc)
+			requireJSONEq(t, json.RawMessage(doc), done.Result, "result "+doc)
+			requireJSONEq(t, json.RawMessage(doc), b.getTask(t, task.TaskID).Result, "result "+doc)
+		}
+	})
+
+	t.Run("ConcurrentReclaims", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		// Several sweepers reclaiming at once, as several servers sharing
+		// one database do: each expired lease is reclaimed exactly once.
+		const (
+			sweepers = 4
+			tasks    = 200
+		)
+		b.register(t, store.ProcessRegisterParams{InstanceID: "w", LivenessIntervalS: 3600})
+		for range tasks {
+			b.enqueue(t, store.TaskEnqueueParams{})
+			b.claim(t, "w", t0)
+		}
+		now := at(time.Hour)
+		reclaimed := make([][]int64, sweepers)
+		errs := make([]error, sweepers)
+		var wg sync.WaitGroup
+		for i := range sweepers {
+			wg.Go(func() {
+				for {
+					got, err := b.s.TaskReclaim(ctx, store.TaskReclaimParams{Now: now, Limit: 10})
+					if err != nil || len(got) == 0 {
+						errs[i] = err
+						return
+					}
+					reclaimed[i] = append(reclaimed[i], taskIDs(got)...)
+				}
+			})
+		}
+		wg.Wait()
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
+		seen := make(map[int64]bool)
+		for _, ids := range reclaimed {
+			for _, id := range ids {
+				require.False(t, seen[id], "task %d reclaimed twice", id)
+				seen[id] = true
+			}
+		}
+		require.Len(t, seen, tasks)
+		all, err := b.s.TaskList(ctx, store.TaskListParams{})
+		require.NoError(t, err)
+		for _, task := range all {
+			require.Equal(t, vigiltype.TaskScheduled, task.Status)
+			require.Equal(t, 1, task.Reclaims)
+		}
+		b.requireCurrentTask(t, "w", 0, "")
+	})
 }
 
 // taskIDs returns the ids of tasks in order.

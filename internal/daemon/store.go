@@ -1,0 +1,46 @@
+package daemon
+
+import (
+	"context"
+	"strings"
+
+	"github.com/vigil-fleet/vigil/internal/store"
+	"github.com/vigil-fleet/vigil/internal/store/pgstore"
+	"github.com/vigil-fleet/vigil/internal/store/sqlitestore"
+)
+
+// openStore opens the store dsn names and applies pending migrations: a
+// postgres:// or postgresql:// URL is a PostgreSQL database (pgstore, which
+// several servers may share), anything else is the path of an SQLite file
+// (sqlitestore). Errors never contain a PostgreSQL password; use
+// redactDSN, not dsn, when logging which store is open.
+func openStore(ctx context.Context, dsn string) (store.Store, error) {
+	if isPostgresURL(dsn) {
+		st, err := pgstore.Open(ctx, dsn)
+		if err != nil {
+			return nil, err
+		}
+		return st, nil
+	}
+	st, err := sqlitestore.Open(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// isPostgresURL reports whether dsn names a PostgreSQL database (scheme
+// postgres:// or postgresql://, in any case).
+func isPostgresURL(dsn string) bool {
+	scheme, _, ok := strings.Cut(dsn, "://")
+	return ok && (strings.EqualFold(scheme, "postgres") || strings.EqualFold(scheme, "postgresql"))
+}
+
+// redactDSN is dsn as it may appear in logs and errors: a PostgreSQL URL
+// with its password masked, an SQLite path as it is.
+func redactDSN(dsn string) string {
+	if isPostgresURL(dsn) {
+		return pgstore.Redact(dsn)
+	}
+	return dsn
+}

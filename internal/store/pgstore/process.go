@@ -1,0 +1,258 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/vigil-fleet/vigil/internal/store"
+	"github.com/vigil-fleet/vigil/vigiltype"
+)
+
+// processColumns are the processes columns scanProcess reads, in order.
+const processColumns = `instance_id, process_kind, hostname, pid, liveness_interval_s,
+	started_at, last_heartbeat_at, exited_at, current_task_id, current_task_type`
+
+// aliveSQL is true for a processes row that is alive at @now; its negation
+// is stopped. It agrees with vigiltype.Process.ComputeStatus because
+// alive_until is always last_heartbeat_at + vigiltype.AliveWindow(interval).
+const aliveSQL = `(exited_at IS NULL AND alive_until >= @now)`
+
+// aliveUntilSQL recomputes alive_until for a heartbeat at @now with the same
+// arithmetic as vigiltype.AliveWindow: interval × factor × 1000 in double
+// precision, truncated to whole milliseconds.
+var aliveUntilSQL = sqlAddMS("@now",
+	"trunc(liveness_interval_s * "+strconv.Itoa(vigiltype.AliveWindowFactor)+" * 1000)::bigint")
+
+// scanProcess converts one processes row (processColumns) to a Process with
+// its status computed at now. It is the only place process rows become
+// vigiltype values.
+func scanProcess(row rowScanner, now time.Time) (*vigiltype.Process, error) {
+	var p vigiltype.Process
+	if err := row.Scan(&p.InstanceID, &p.ProcessKind, &p.Hostname, &p.PID, &p.LivenessIntervalS,
+		&p.StartedAt, &p.LastHeartbeatAt, &p.ExitedAt, &p.CurrentTaskID, &p.CurrentTaskType); err != nil {
+		return nil, err
+	}
+	p.StartedAt = p.StartedAt.UTC()
+	p.LastHeartbeatAt = p.LastHeartbeatAt.UTC()
+	p.ExitedAt = utcPtr(p.ExitedAt)
+	p.Status = p.ComputeStatus(now)
+	return &p, nil
+}
+
+// ProcessRegister implements store.Store. A duplicate instance_id is an
+// error and leaves the existing row as it was.
+func (s *Store) ProcessRegister(ctx context.Context, p store.ProcessRegisterParams) (*vigiltype.Process, error) {
+	now := utcMS(p.Now)
+	proc, err := scanProcess(s.pool.QueryRow(ctx, `
+		INSERT INTO processes (instance_id, token_hash, process_kind, hostname, pid,
+			liveness_interval_s, started_at, last_heartbeat_at, alive_until)
+		VALUES (@instance_id, @token_hash, @process_kind, @hostname, @pid,
+			@liveness_interval_s, @now, @now, @alive_until)
+		RETURNING `+processColumns,
+		pgx.StrictNamedArgs{
+			"instance_id":         p.InstanceID,
+			"token_hash":          p.TokenHash,
+			"process_kind":        p.ProcessKind,
+			"hostname":            p.Hostname,
+			"pid":                 p.PID,
+			"liveness_interval_s": p.LivenessIntervalS,
+			"now":                 now,
+			"alive_until":         now.Add(vigiltype.AliveWindow(p.LivenessIntervalS)),
+		}), now)
+	err = interpretError(err)
+	if errors.Is(err, errAlreadyExists) {
+		return nil, fmt.Errorf("register process %s: instance_id already exists", p.InstanceID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("register process %s: %w", p.InstanceID, err)
+	}
+	return proc, nil
+}
+
+// ProcessCheckToken implements store.Store.
+func (s *Store) ProcessCheckToken(ctx context.Context, instanceID, tokenHash string) error {
+	var stored string
+	err := interpretError(s.pool.QueryRow(ctx,
+		`SELECT token_hash FROM processes WHERE instance_id = $1`, instanceID).Scan(&stored))
+	switch {
+	case errors.Is(err, vigiltype.ErrNotFound):
+		return fmt.Errorf("process %s: %w", instanceID, vigiltype.ErrNotFound)
+	case err != nil:
+		return fmt.Errorf("check token of process %s: %w", instanceID, err)
+	case stored != tokenHash:
+		return fmt.Errorf("process %s: %w", instanceID, vigiltype.ErrInvalidToken)
+	}
+	return nil
+}
+
+// ProcessHeartbeat implements store.Store.
+func (s *Store) ProcessHeartbeat(ctx context.Context, p store.ProcessHeartbeatParams) (*vigiltype.Process, error) {
+	now := utcMS(p.Now)
+	var proc *vigiltype.Process
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		proc, err = scanProcess(tx.QueryRow(ctx, `
+			UPDATE processes
+			SET last_heartbeat_at = @now, alive_until = `+aliveUntilSQL+`
+			WHERE instance_id = @instance_id AND token_hash = @token_hash AND exited_at IS NULL
+			RETURNING `+processColumns,
+			pgx.StrictNamedArgs{"now": now, "instance_id": p.InstanceID, "token_hash": p.TokenHash},
+		), now)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return processRefusal(ctx, tx, p.InstanceID, p.TokenHash)
+		}
+		return interpretError(err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat process %s: %w", p.InstanceID, err)
+	}
+	return proc, nil
+}
+
+// ProcessMarkExited implements store.Store. The first exit time is kept
+// when the instance is marked again.
+func (s *Store) ProcessMarkExited(ctx context.Context, p store.ProcessMarkExitedParams) (*vigiltype.Process, error) {
+	now := utcMS(p.Now)
+	var proc *vigiltype.Process
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		proc, err = scanProcess(tx.QueryRow(ctx, `
+			UPDATE processes
+			SET exited_at = COALESCE(exited_at, @now), current_task_id = NULL, current_task_type = NULL
+			WHERE instance_id = @instance_id AND token_hash = @token_hash
+			RETURNING `+processColumns,
+			pgx.StrictNamedArgs{"now": now, "instance_id": p.InstanceID, "token_hash": p.TokenHash},
+		), now)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return processRefusal(ctx, tx, p.InstanceID, p.TokenHash)
+		}
+		return interpretError(err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mark process %s exited: %w", p.InstanceID, err)
+	}
+	return proc, nil
+}
+
+// processRefusal explains why a write guarded by instance id, token hash
+// and "not exited" matched no row: ErrNotFound, ErrInvalidToken (checked
+// before exit, so a wrong token learns nothing more), or ErrInstanceExited.
+func processRefusal(ctx context.Context, tx pgx.Tx, instanceID, tokenHash string) error {
+	var (
+		stored   string
+		exitedAt *time.Time
+	)
+	err := interpretError(tx.QueryRow(ctx,
+		`SELECT token_hash, exited_at FROM processes WHERE instance_id = $1`, instanceID).Scan(&stored, &exitedAt))
+	switch {
+	case err != nil: // ErrNotFound included
+		return err
+	case stored != tokenHash:
+		return vigiltype.ErrInvalidToken
+	case exitedAt != nil:
+		return vigiltype.ErrInstanceExited
+	}
+	return fmt.Errorf("process %s: write matched no row for no known reason", instanceID)
+}
+
+// ProcessGet implements store.Store.
+func (s *Store) ProcessGet(ctx context.Context, instanceID string, now time.Time) (*vigiltype.Process, error) {
+	proc, err := scanProcess(s.pool.QueryRow(ctx,
+		`SELECT `+processColumns+` FROM processes WHERE instance_id = $1`, instanceID), utcMS(now))
+	err = interpretError(err)
+	if errors.Is(err, vigiltype.ErrNotFound) {
+		return nil, fmt.Errorf("process %s: %w", instanceID, vigiltype.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get process %s: %w", instanceID, err)
+	}
+	return proc, nil
+}
+
+// ProcessLatest implements store.Store.
+func (s *Store) ProcessLatest(ctx context.Context, kind string, now time.Time) (*vigiltype.Process, error) {
+	proc, err := scanProcess(s.pool.QueryRow(ctx, `
+		SELECT `+processColumns+` FROM processes
+		WHERE process_kind = $1
+		ORDER BY started_at DESC, instance_id DESC
+		LIMIT 1`, kind), utcMS(now))
+	err = interpretError(err)
+	if errors.Is(err, vigiltype.ErrNotFound) {
+		return nil, fmt.Errorf("process kind %q: %w", kind, vigiltype.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("latest process of kind %q: %w", kind, err)
+	}
+	return proc, nil
+}
+
+// ProcessList implements store.Store. Limit <= 0 means no limit.
+func (s *Store) ProcessList(ctx context.Context, p store.ProcessListParams) ([]*vigiltype.Process, error) {
+	now := utcMS(p.Now)
+	where := []string{"TRUE"}
+	args := pgx.StrictNamedArgs{"limit": sqlLimit(p.Limit)}
+	if p.Kind != "" {
+		where = append(where, "process_kind = @kind")
+		args["kind"] = p.Kind
+	}
+	if p.Host != "" {
+		where = append(where, "hostname = @host")
+		args["host"] = p.Host
+	}
+	switch p.Status {
+	case "":
+	case vigiltype.ProcessAlive:
+		where = append(where, aliveSQL)
+		args["now"] = now
+	case vigiltype.ProcessStopped:
+		where = append(where, "NOT "+aliveSQL)
+		args["now"] = now
+	default:
+		return nil, vigiltype.Invalid("status", "must be alive or stopped")
+	}
+	if p.After != nil {
+		where = append(where,
+			"(started_at < @after_started_at OR (started_at = @after_started_at AND instance_id < @after_instance_id))")
+		args["after_started_at"] = utcMS(p.After.StartedAt)
+		args["after_instance_id"] = p.After.InstanceID
+	}
+
+	rows, err := s.pool.Query(ctx, `
+		SELECT `+processColumns+` FROM processes
+		WHERE `+strings.Join(where, " AND ")+`
+		ORDER BY started_at DESC, instance_id DESC
+		LIMIT @limit`, args)
+	if err != nil {
+		return nil, fmt.Errorf("list processes: %w", interpretError(err))
+	}
+	procs, err := pgx.AppendRows([]*vigiltype.Process(nil), rows, func(row pgx.CollectableRow) (*vigiltype.Process, error) {
+		return scanProcess(row, now)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list processes: %w", interpretError(err))
+	}
+	return procs, nil
+}
+
+// ProcessPrune implements store.Store.
+func (s *Store) ProcessPrune(ctx context.Context, p store.ProcessPruneParams) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `
+		DELETE FROM processes
+		WHERE NOT `+aliveSQL+`
+			AND last_heartbeat_at < @before
+			AND NOT EXISTS (
+				SELECT 1 FROM tasks
+				WHERE tasks.lease_owner = processes.instance_id AND tasks.status = 'running')`,
+		pgx.StrictNamedArgs{"now": utcMS(p.Now), "before": utcMS(p.Before)},
+	)
+	if err != nil {
+		return 0, fmt.Errorf("prune processes: %w", interpretError(err))
+	}
+	return tag.RowsAffected(), nil
+}

@@ -1,0 +1,405 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/vigil-fleet/vigil/internal/store"
+	"github.com/vigil-fleet/vigil/vigiltype"
+)
+
+// taskColumns are the tasks columns scanTask reads, in order. The JSON
+// columns are read as text: pgx would otherwise read a JSON null as a nil
+// pointer, which would make a null result look like no result.
+const taskColumns = `task_id, task_type, payload::text AS payload, status, attempts, max_attempts,
+	reclaims, max_reclaims, lease_timeout_ms, lease_owner, lease_epoch, lease_expires_at,
+	last_heartbeat_at, started_at, run_after, created_at, updated_at, completed_at,
+	result::text AS result, completed_by, last_error`
+
+// leaseExpiresSQL is the lease expiry for a claim or lease heartbeat at
+// @now: the task's own window, or @default_lease_ms when it has none.
+var leaseExpiresSQL = sqlAddMS("@now",
+	"CASE WHEN lease_timeout_ms > 0 THEN lease_timeout_ms ELSE @default_lease_ms::bigint END")
+
+// scanTask converts one tasks row (taskColumns) to a Task. It is the only
+// place task rows become vigiltype values.
+func scanTask(row rowScanner) (*vigiltype.Task, error) {
+	var (
+		t              vigiltype.Task
+		payload        string
+		status         string
+		leaseTimeoutMS int64
+		result         *string
+	)
+	if err := row.Scan(&t.TaskID, &t.TaskType, &payload, &status, &t.Attempts, &t.MaxAttempts,
+		&t.Reclaims, &t.MaxReclaims, &leaseTimeoutMS, &t.LeaseOwner, &t.LeaseEpoch, &t.LeaseExpiresAt,
+		&t.LastHeartbeatAt, &t.StartedAt, &t.RunAfter, &t.CreatedAt, &t.UpdatedAt, &t.CompletedAt,
+		&result, &t.CompletedBy, &t.LastError); err != nil {
+		return nil, err
+	}
+	t.LeaseExpiresAt = utcPtr(t.LeaseExpiresAt)
+	t.LastHeartbeatAt = utcPtr(t.LastHeartbeatAt)
+	t.StartedAt = utcPtr(t.StartedAt)
+	t.RunAfter = t.RunAfter.UTC()
+	t.CreatedAt = t.CreatedAt.UTC()
+	t.UpdatedAt = t.UpdatedAt.UTC()
+	t.CompletedAt = utcPtr(t.CompletedAt)
+	t.Payload = json.RawMessage(payload)
+	t.Status = vigiltype.TaskStatus(status)
+	t.LeaseTimeoutS = float64(leaseTimeoutMS) / 1000
+	if result != nil {
+		t.Result = json.RawMessage(*result)
+	}
+	return &t, nil
+}
+
+// scanTasks reads every row of rows with scanTask and closes rows; no rows
+// is a nil slice.
+func scanTasks(rows pgx.Rows) ([]*vigiltype.Task, error) {
+	return pgx.AppendRows([]*vigiltype.Task(nil), rows, func(row pgx.CollectableRow) (*vigiltype.Task, error) {
+		return scanTask(row)
+	})
+}
+
+// TaskEnqueue implements store.Store. A nil payload is stored as {}; a
+// payload that is not valid JSON is refused before anything is written.
+func (s *Store) TaskEnqueue(ctx context.Context, p store.TaskEnqueueParams) (*vigiltype.Task, error) {
+	payload := p.Payload
+	if len(payload) == 0 {
+		payload = json.RawMessage("{}")
+	}
+	if !json.Valid(payload) {
+		return nil, vigiltype.Invalid("payload", "must be valid JSON")
+	}
+	task, err := scanTask(s.pool.QueryRow(ctx, `
+		INSERT INTO tasks (task_type, payload, status, max_attempts, max_reclaims,
+			lease_timeout_ms, run_after, created_at, updated_at)
+		VALUES (@task_type, @payload, 'scheduled', @max_attempts, @max_reclaims,
+			@lease_timeout_ms, @run_after, @now, @now)
+		RETURNING `+taskColumns,
+		pgx.StrictNamedArgs{
+			"task_type":        p.TaskType,
+			"payload":          string(payload),
+			"max_attempts":     p.MaxAttempts,
+			"max_reclaims":     p.MaxReclaims,
+			"lease_timeout_ms": p.LeaseTimeout.Milliseconds(),
+			"run_after":        utcMS(p.RunAfter),
+			"now":              utcMS(p.Now),
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("enqueue task of type %q: %w", p.TaskType, interpretError(err))
+	}
+	return task, nil
+}
+
+// TaskGet implements store.Store.
+func (s *Store) TaskGet(ctx context.Context, taskID int64) (*vigiltype.Task, error) {
+	task, err := scanTask(s.pool.QueryRow(ctx,
+		`SELECT `+taskColumns+` FROM tasks WHERE task_id = $1`, taskID))
+	err = interpretError(err)
+	if errors.Is(err, vigiltype.ErrNotFound) {
+		return nil, fmt.Errorf("task %d: %w", taskID, vigiltype.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get task %d: %w", taskID, err)
+	}
+	return task, nil
+}
+
+// TaskList implements store.Store. Limit <= 0 means no limit.
+func (s *Store) TaskList(ctx context.Context, p store.TaskListParams) ([]*vigiltype.Task, error) {
+	where := []string{"TRUE"}
+	args := pgx.StrictNamedArgs{"limit": sqlLimit(p.Limit)}
+	if p.Status != "" {
+		if !p.Status.Valid() {
+			return nil, vigiltype.Invalid("status", "must be scheduled, running, completed or dead_letter")
+		}
+		where = append(where, "status = @status")
+		args["status"] = string(p.Status)
+	}
+	if p.TaskType != "" {
+		where = append(where, "task_type = @task_type")
+		args["task_type"] = p.TaskType
+	}
+	if p.BeforeID != 0 {
+		where = append(where, "task_id < @before_id")
+		args["before_id"] = p.BeforeID
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT `+taskColumns+` FROM tasks
+		WHERE `+strings.Join(where, " AND ")+`
+		ORDER BY task_id DESC
+		LIMIT @limit`, args)
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", interpretError(err))
+	}
+	tasks, err := scanTasks(rows)
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", interpretError(err))
+	}
+	return tasks, nil
+}
+
+// TaskClaim implements store.Store. The claimer must exist and be alive at
+// Now: ErrNotFound otherwise, or ErrInstanceExited when it exited or is past
+// its alive window. Instance check, claim and current-task update are one
+// transaction; the instance's row stays locked until it commits, so an exit
+// recorded meanwhile waits for the claim and a claim never lands on an
+// instance that exited before it. The task is picked with FOR UPDATE SKIP
+// LOCKED: a task another transaction is claiming is passed over, never
+// waited for or claimed twice.
+func (s *Store) TaskClaim(ctx context.Context, p store.TaskClaimParams) (*vigiltype.Task, error) {
+	if len(p.Types) == 0 {
+		return nil, vigiltype.Invalid("task_types", "must name at least one type")
+	}
+	now := utcMS(p.Now)
+
+	var task *vigiltype.Task
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var (
+			exitedAt   *time.Time
+			aliveUntil time.Time
+		)
+		err := interpretError(tx.QueryRow(ctx, `
+			SELECT exited_at, alive_until FROM processes WHERE instance_id = $1
+			FOR NO KEY UPDATE`, p.InstanceID).Scan(&exitedAt, &aliveUntil))
+		switch {
+		case err != nil: // ErrNotFound included
+			return err
+		case exitedAt != nil:
+			return vigiltype.ErrInstanceExited
+		case aliveUntil.Before(now):
+			return fmt.Errorf("stopped (alive window ended %s): %w",
+				aliveUntil.UTC().Format(timeLayout), vigiltype.ErrInstanceExited)
+		}
+
+		task, err = scanTask(tx.QueryRow(ctx, `
+			WITH next AS (
+				SELECT task_id FROM tasks
+				WHERE status = 'scheduled' AND run_after <= @now AND task_type = ANY(@types)
+				ORDER BY run_after, task_id
+				LIMIT 1
+				FOR UPDATE SKIP LOCKED)
+			UPDATE tasks SET
+				status = 'running',
+				lease_owner = @instance_id,
+				lease_epoch = lease_epoch + 1,
+				started_at = @now,
+				last_heartbeat_at = @now,
+				lease_expires_at = `+leaseExpiresSQL+`,
+				updated_at = @now
+			WHERE task_id = (SELECT task_id FROM next) AND status = 'scheduled'
+			RETURNING `+taskColumns,
+			pgx.StrictNamedArgs{
+				"instance_id":      p.InstanceID,
+				"now":              now,
+				"default_lease_ms": p.LeaseTimeout.Milliseconds(),
+				"types":            p.Types,
+			}))
+		if errors.Is(err, pgx.ErrNoRows) {
+			task = nil
+			return nil
+		}
+		if err != nil {
+			return interpretError(err)
+		}
+		_, err = tx.Exec(ctx, `
+			UPDATE processes SET current_task_id = $1, current_task_type = $2 WHERE instance_id = $3`,
+			task.TaskID, task.TaskType, p.InstanceID)
+		return interpretError(err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim task for process %s: %w", p.InstanceID, err)
+	}
+	return task, nil
+}
+
+// TaskHeartbeat implements store.Store.
+func (s *Store) TaskHeartbeat(ctx context.Context, p store.TaskHeartbeatParams) (*vigiltype.Task, error) {
+	return s.leaseUpdate(ctx, "heartbeat", p.TaskLease, false, `
+		last_heartbeat_at = @now,
+		lease_expires_at = `+leaseExpiresSQL+`,
+		updated_at = @now`,
+		pgx.StrictNamedArgs{"now": utcMS(p.Now), "default_lease_ms": p.LeaseTimeout.Milliseconds()},
+	)
+}
+
+// TaskComplete implements store.Store. A nil Result is stored as NULL; a
+// Result that is not valid JSON is refused before anything is written.
+func (s *Store) TaskComplete(ctx context.Context, p store.TaskCompleteParams) (*vigiltype.Task, error) {
+	var result *string // NULL unless given
+	if p.Result != nil {
+		if !json.Valid(p.Result) {
+			return nil, vigiltype.Invalid("result", "must be valid JSON")
+		}
+		r := string(p.Result)
+		result = &r
+	}
+	return s.leaseUpdate(ctx, "complete", p.TaskLease, true, `
+		status = 'completed',
+		result = @result::json,
+		completed_by = lease_owner,
+		completed_at = @now,
+		lease_owner = NULL,
+		lease_expires_at = NULL,
+		updated_at = @now`,
+		pgx.StrictNamedArgs{"now": utcMS(p.Now), "result": result},
+	)
+}
+
+// TaskFail implements store.Store. A task going back to scheduled loses its
+// started_at; a dead-lettered one keeps it as the start of its last run.
+func (s *Store) TaskFail(ctx context.Context, p store.TaskFailParams) (*vigiltype.Task, error) {
+	const dead = `attempts + 1 >= max_attempts`
+	return s.leaseUpdate(ctx, "fail", p.TaskLease, true, `
+		attempts = attempts + 1,
+		status = CASE WHEN `+dead+` THEN 'dead_letter' ELSE 'scheduled' END,
+		run_after = CASE WHEN `+dead+` THEN run_after ELSE @retry_at END,
+		started_at = CASE WHEN `+dead+` THEN started_at ELSE NULL END,
+		last_error = @error,
+		lease_owner = NULL,
+		lease_expires_at = NULL,
+		updated_at = @now`,
+		pgx.StrictNamedArgs{"now": utcMS(p.Now), "retry_at": utcMS(p.RetryAt), "error": p.Error},
+	)
+}
+
+// TaskRelease implements store.Store.
+func (s *Store) TaskRelease(ctx context.Context, p store.TaskReleaseParams) (*vigiltype.Task, error) {
+	return s.leaseUpdate(ctx, "release", p.TaskLease, true, `
+		status = 'scheduled',
+		run_after = @now,
+		started_at = NULL,
+		lease_owner = NULL,
+		lease_expires_at = NULL,
+		updated_at = @now`,
+		pgx.StrictNamedArgs{"now": utcMS(p.Now)},
+	)
+}
+
+// leaseUpdate applies the SET clause set to the task held under l, guarded
+// by the whole lease predicate (id, running, owner, epoch), in one
+// transaction that also clears the holder's current task when endsLease.
+// args bind set's parameters. A write that matches no row is ErrNotFound
+// when the task does not exist, else ErrStaleEpoch; either way nothing
+// changed. A write racing a reclaim of the same task waits for it, then
+// re-checks the predicate against the reclaimed row and matches nothing.
+func (s *Store) leaseUpdate(ctx context.Context, op string, l store.TaskLease, endsLease bool, set string, args pgx.StrictNamedArgs) (*vigiltype.Task, error) {
+	args = maps.Clone(args)
+	args["task_id"] = l.TaskID
+	args["lease_owner"] = l.InstanceID
+	args["lease_epoch"] = l.Epoch
+	var task *vigiltype.Task
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		task, err = scanTask(tx.QueryRow(ctx, `
+			UPDATE tasks SET `+set+`
+			WHERE task_id = @task_id AND status = 'running'
+				AND lease_owner = @lease_owner AND lease_epoch = @lease_epoch
+			RETURNING `+taskColumns, args))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return taskRefusal(ctx, tx, l.TaskID)
+		}
+		if err != nil || !endsLease {
+			return interpretError(err)
+		}
+		_, err = tx.Exec(ctx, `
+			UPDATE processes SET current_task_id = NULL, current_task_type = NULL
+			WHERE instance_id = $1 AND current_task_id = $2`, l.InstanceID, l.TaskID)
+		return interpretError(err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s task %d: %w", op, l.TaskID, err)
+	}
+	return task, nil
+}
+
+// taskRefusal explains why a lease-guarded write matched no row.
+func taskRefusal(ctx context.Context, tx pgx.Tx, taskID int64) error {
+	var one int
+	if err := interpretError(tx.QueryRow(ctx, `SELECT 1 FROM tasks WHERE task_id = $1`, taskID).Scan(&one)); err != nil {
+		return err // ErrNotFound included
+	}
+	return vigiltype.ErrStaleEpoch
+}
+
+// reclaimableSQL is true for a running task at @now whose lease expired or
+// whose holder has stopped (exited, or past its alive window).
+const reclaimableSQL = `(tasks.status = 'running' AND (tasks.lease_expires_at < @now OR ` + holderStoppedSQL + `))`
+
+// holderStoppedSQL is true for a task whose lease owner has stopped at @now.
+const holderStoppedSQL = `EXISTS (
+	SELECT 1 FROM processes
+	WHERE processes.instance_id = tasks.lease_owner
+		AND (processes.exited_at IS NOT NULL OR processes.alive_until < @now))`
+
+// reclaimReasonSQL is the reason a reclaimable task is taken back; a
+// stopped holder is named first as the root cause. The words and the time
+// layout are sqlitestore's.
+var reclaimReasonSQL = `CASE WHEN ` + holderStoppedSQL + `
+	THEN 'holder ' || lease_owner || ' stopped (exited or missed liveness heartbeats)'
+	ELSE 'lease expired: holder ' || lease_owner || ' sent no lease heartbeat before ' || ` +
+	sqlTimeText("lease_expires_at") + `
+	END`
+
+// TaskReclaim implements store.Store. Limit <= 0 means no limit.
+//
+// It is one statement, safe with several servers sweeping one database at
+// once. Its selection locks the tasks it picks FOR UPDATE SKIP LOCKED, so
+// concurrent sweepers pick disjoint tasks, and a task a concurrent
+// transaction has changed is re-checked against its new version; the UPDATE
+// repeats the predicate, so a task completed, released or re-claimed in
+// between is left alone. Each expired lease is thus reclaimed exactly once.
+// The same statement clears the current task of every process whose current
+// task was reclaimed. A task reclaimed back to scheduled loses its
+// started_at; a dead-lettered one keeps it. The tasks are returned in id
+// order.
+func (s *Store) TaskReclaim(ctx context.Context, p store.TaskReclaimParams) ([]*vigiltype.Task, error) {
+	const dead = `reclaims + 1 > max_reclaims`
+	rows, err := s.pool.Query(ctx, `
+		WITH picked AS (
+			SELECT task_id FROM tasks
+			WHERE `+reclaimableSQL+`
+			ORDER BY task_id
+			LIMIT @limit
+			FOR UPDATE OF tasks SKIP LOCKED
+		), reclaimed AS (
+			UPDATE tasks SET
+				reclaims = reclaims + 1,
+				status = CASE WHEN `+dead+` THEN 'dead_letter' ELSE 'scheduled' END,
+				run_after = CASE WHEN `+dead+` THEN run_after ELSE @now END,
+				started_at = CASE WHEN `+dead+` THEN started_at ELSE NULL END,
+				last_error = CASE WHEN `+dead+`
+					THEN 'dead-lettered: reclaimed ' || (reclaims + 1) || ' times (max_reclaims '
+						|| max_reclaims || '): ' || `+reclaimReasonSQL+`
+					ELSE `+reclaimReasonSQL+`
+					END,
+				lease_owner = NULL,
+				lease_expires_at = NULL,
+				updated_at = @now
+			WHERE task_id IN (SELECT task_id FROM picked)
+				AND `+reclaimableSQL+`
+			RETURNING `+taskColumns+`
+		), cleared AS (
+			UPDATE processes SET current_task_id = NULL, current_task_type = NULL
+			WHERE current_task_id IN (SELECT task_id FROM reclaimed)
+		)
+		SELECT * FROM reclaimed ORDER BY task_id`,
+		pgx.StrictNamedArgs{"now": utcMS(p.Now), "limit": sqlLimit(p.Limit)},
+	)
+	if err != nil {
+		return nil, fmt.Errorf("reclaim tasks: %w", interpretError(err))
+	}
+	tasks, err := scanTasks(rows)
+	if err != nil {
+		return nil, fmt.Errorf("reclaim tasks: %w", interpretError(err))
+	}
+	return tasks, nil
+}
