@@ -71,7 +71,7 @@ Then ask it:                             vigil ps; vigil tasks ls; vigil sweeper
 		&cobra.Group{ID: "query", Title: "Processes and tasks:"},
 	)
 	root.AddCommand(
-		newServeCmd(), newUpCmd(),
+		newServeCmd(), newUpCmd(), newMigrateCmd(),
 		newPsCmd(), newStatusCmd(), newPruneCmd(), newTasksCmd(), newSweepersCmd(),
 	)
 	return root

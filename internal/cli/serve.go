@@ -27,8 +27,8 @@ type serverFlags struct {
 }
 
 func (f *serverFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&f.db, "db", envOr("VIGIL_DB", daemon.DBPathDefault),
-		"SQLite database file, created if missing (env VIGIL_DB)")
+	fs.StringVar(&f.db, "db", envOr("VIGIL_DB", daemon.DBDefault),
+		"store: an SQLite file (created if missing) or a postgres://user@host/db URL that several servers may share (env VIGIL_DB)")
 	fs.StringVar(&f.addr, "addr", envOr("VIGIL_ADDR", daemon.AddrDefault),
 		"HOST:PORT to serve the API on; a non-loopback address needs --token-file (env VIGIL_ADDR)")
 	fs.StringVar(&f.tokenFile, "token-file", os.Getenv("VIGIL_TOKEN_FILE"),
@@ -54,7 +54,7 @@ func (f *serverFlags) config(cmd *cobra.Command) (daemon.Config, *slog.Logger, e
 		return daemon.Config{}, nil, fmt.Errorf("--sweep-interval must be positive, got %s", f.sweepInterval)
 	}
 	return daemon.Config{
-		DBPath: f.db, Addr: f.addr, TokenFile: f.tokenFile,
+		DB: f.db, Addr: f.addr, TokenFile: f.tokenFile,
 		LeaseTimeout: f.leaseTimeout, SweepInterval: f.sweepInterval, Logger: logger,
 	}, logger, nil
 }
@@ -64,14 +64,18 @@ func newServeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "serve",
 		GroupID: "server",
-		Short:   "Run the vigil server: HTTP API and lease sweepers on an embedded SQLite store",
+		Short:   "Run the vigil server: HTTP API and lease sweepers over SQLite or PostgreSQL",
 		Long: `Run the vigil server: the HTTP JSON API under /v1 (docs/api.md), /healthz,
-and the lease reclaimer, on an embedded SQLite store (WAL). Migrations run at start.
+and the lease reclaimer. The store is an embedded SQLite file (WAL) for one
+host, or a PostgreSQL database when the fleet spans hosts: several servers
+may then share it, each reclaimed lease is acted on once, and every server
+follows the database's clock. Migrations run at start.
 
 Agents register and heartbeat against it with the Go client (vigilclient) or
 plain HTTP. Stop it with Ctrl-C or SIGTERM.`,
 		Example: `  vigil serve
   vigil serve --db /var/lib/vigil/vigil.db --addr 127.0.0.1:7711
+  vigil serve --db postgres://vigil@db.internal/vigil --addr 0.0.0.0:7711 --token-file /etc/vigil/token
   vigil serve --addr 0.0.0.0:7711 --token-file /etc/vigil/token`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -19,7 +19,6 @@ import (
 	"github.com/vigil-fleet/vigil/internal/lease"
 	"github.com/vigil-fleet/vigil/internal/liveness"
 	"github.com/vigil-fleet/vigil/internal/store"
-	"github.com/vigil-fleet/vigil/internal/store/sqlitestore"
 	"github.com/vigil-fleet/vigil/internal/sweeper"
 )
 
@@ -27,8 +26,8 @@ import (
 const (
 	// AddrDefault is where the API listens: loopback only.
 	AddrDefault = "127.0.0.1:7711"
-	// DBPathDefault is the embedded SQLite file, relative to the working directory.
-	DBPathDefault = "vigil.db"
+	// DBDefault is the embedded SQLite file, relative to the working directory.
+	DBDefault = "vigil.db"
 	// SweepIntervalDefault is how often the lease reclaimer runs. A holder
 	// that shows stopped loses its task within this long.
 	SweepIntervalDefault = 5 * time.Second
@@ -39,12 +38,12 @@ const (
 // Config configures a Daemon. Zero fields take the defaults above and those
 // of package lease.
 type Config struct {
-	DBPath        string        // SQLite file (VIGIL_DB)
+	DB            string        // SQLite file path, or postgres:// URL (VIGIL_DB)
 	Addr          string        // HOST:PORT; port 0 picks a free one
 	TokenFile     string        // file holding the bearer token; empty = no auth (loopback only)
 	LeaseTimeout  time.Duration // lease window without heartbeat (lease.LeaseTimeoutDefault)
 	SweepInterval time.Duration // lease reclaimer period (SweepIntervalDefault)
-	Clock         clock.Clock   // clock.Real when nil
+	Clock         clock.Clock   // the local clock; clock.Real when nil (followed to the database's on PostgreSQL)
 	Logger        *slog.Logger  // slog.Default() when nil
 }
 
@@ -52,6 +51,7 @@ type Config struct {
 type Daemon struct {
 	cfg      Config
 	store    store.Store
+	synced   *clock.Synced // the database's clock, on a shared backend
 	Liveness *liveness.Service
 	Lease    *lease.Service
 	sweepers []*sweeper.Sweeper
@@ -63,7 +63,7 @@ type Daemon struct {
 // New validates cfg, opens the store (running migrations), wires the
 // services and binds the listener; nothing runs until Start.
 func New(ctx context.Context, cfg Config) (*Daemon, error) {
-	cfg.DBPath = cmp.Or(cfg.DBPath, DBPathDefault)
+	cfg.DB = cmp.Or(cfg.DB, DBDefault)
 	cfg.Addr = cmp.Or(cfg.Addr, AddrDefault)
 	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, SweepIntervalDefault)
 	if cfg.Clock == nil {
@@ -86,11 +86,21 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 
-	st, err := sqlitestore.Open(ctx, cfg.DBPath)
+	st, err := openStore(ctx, cfg.DB)
 	if err != nil {
-		return nil, fmt.Errorf("open store %s: %w", cfg.DBPath, err)
+		return nil, fmt.Errorf("--db: %w", err) // err names the store, password masked
 	}
 	d := &Daemon{cfg: cfg, store: st}
+	if dbc, ok := st.(store.Clocked); ok {
+		// Several servers may share this database: all follow its clock.
+		d.synced, err = clock.NewSynced(ctx, cfg.Clock, dbc.Now, 0, cfg.Logger)
+		if err != nil {
+			st.Close()
+			return nil, fmt.Errorf("--db %s: %w", redactDSN(cfg.DB), err)
+		}
+		d.cfg.Clock = d.synced
+		cfg.Clock = d.synced
+	}
 	d.Liveness = liveness.New(st, cfg.Clock)
 	d.Lease, err = lease.New(lease.Config{Store: st, Liveness: d.Liveness, Clock: cfg.Clock, LeaseTimeout: cfg.LeaseTimeout})
 	if err != nil {
@@ -135,10 +145,13 @@ func (d *Daemon) Store() store.Store { return d.store }
 func (d *Daemon) Start(ctx context.Context) {
 	d.served = make(chan error, 1)
 	go func() { d.served <- d.server.Serve(d.listener) }()
+	if d.synced != nil {
+		d.synced.Start(ctx)
+	}
 	for _, s := range d.sweepers {
 		s.Start(ctx)
 	}
-	d.cfg.Logger.Info("vigil serving", "url", d.URL(), "db", d.cfg.DBPath,
+	d.cfg.Logger.Info("vigil serving", "url", d.URL(), "db", redactDSN(d.cfg.DB),
 		"lease_timeout", d.Lease.LeaseTimeout(), "sweep_interval", d.cfg.SweepInterval)
 }
 
@@ -147,6 +160,9 @@ func (d *Daemon) Start(ctx context.Context) {
 func (d *Daemon) Stop() error {
 	for _, s := range d.sweepers {
 		s.Stop()
+	}
+	if d.synced != nil {
+		d.synced.Stop()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), ShutdownGrace)
 	defer cancel()

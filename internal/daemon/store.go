@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"github.com/vigil-fleet/vigil/internal/store"
@@ -43,4 +44,23 @@ func redactDSN(dsn string) string {
 		return pgstore.Redact(dsn)
 	}
 	return dsn
+}
+
+// Migrate applies pending schema migrations to the store dsn names, without
+// serving, and returns the names of those applied (none when current). Run
+// it ahead of a rollout; servers also migrate at start.
+func Migrate(ctx context.Context, dsn string) ([]string, error) {
+	var (
+		applied []string
+		err     error
+	)
+	if isPostgresURL(dsn) {
+		applied, err = pgstore.MigrateOnly(ctx, dsn)
+	} else {
+		applied, err = sqlitestore.MigrateOnly(ctx, dsn)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", err) // err names the store, password masked
+	}
+	return applied, nil
 }

@@ -213,3 +213,11 @@ type TaskReclaimParams struct {
 	Now   time.Time
 	Limit int
 }
+
+// Clocked is implemented by a backend that several servers may share: Now
+// reads the database's clock, which the daemon follows (clock.Synced) so
+// that every server decides liveness and lease expiry by one clock
+// (DESIGN L3). A backend for one host (SQLite) does not implement it.
+type Clocked interface {
+	Now(ctx context.Context) (time.Time, error)
+}

@@ -39,6 +39,12 @@ func WithClock(clk clock.Clock) Option {
 	return func(c *daemon.Config) { c.Clock = clk }
 }
 
+// WithDB serves from db: an SQLite path or a postgres:// URL (see
+// pgtest.URL for a fresh PostgreSQL schema per test).
+func WithDB(db string) Option {
+	return func(c *daemon.Config) { c.DB = db }
+}
+
 // WithTokenFile requires the bearer token stored in path.
 func WithTokenFile(path string) Option {
 	return func(c *daemon.Config) { c.TokenFile = path }
@@ -49,7 +55,7 @@ func WithTokenFile(path string) Option {
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	cfg := daemon.Config{
-		DBPath: filepath.Join(t.TempDir(), "vigil.db"),
+		DB:     filepath.Join(t.TempDir(), "vigil.db"),
 		Addr:   "127.0.0.1:0",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}

@@ -51,14 +51,15 @@ func loadMigrations() ([]migration, error) {
 // in one transaction: either the schema reaches the newest version or it is
 // left as it was. The transaction begins IMMEDIATE, so two processes opening
 // the same new file cannot both apply a migration.
-func migrate(ctx context.Context, db *sql.DB) error {
+// It returns the names ("001_initial") of the migrations it applied.
+func migrate(ctx context.Context, db *sql.DB) ([]string, error) {
 	migrations, err := loadMigrations()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
+		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }() // a no-op once committed
 
@@ -68,31 +69,44 @@ func migrate(ctx context.Context, db *sql.DB) error {
 			name       TEXT NOT NULL,
 			applied_at TEXT NOT NULL
 		) STRICT`); err != nil {
-		return fmt.Errorf("migrate: create schema_migrations: %w", err)
+		return nil, fmt.Errorf("migrate: create schema_migrations: %w", err)
 	}
 	applied, err := appliedVersions(ctx, tx)
 	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
+		return nil, fmt.Errorf("migrate: %w", err)
 	}
+	var names []string
 	for _, m := range migrations {
 		if applied[m.version] {
 			continue
 		}
+		names = append(names, fmt.Sprintf("%03d_%s", m.version, m.name))
 		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-			return fmt.Errorf("migrate: apply %03d_%s: %w", m.version, m.name, err)
+			return nil, fmt.Errorf("migrate: apply %03d_%s: %w", m.version, m.name, err)
 		}
 		// applied_at is bookkeeping only, so the database clock is fine.
 		if _, err := tx.ExecContext(ctx, `
 			INSERT INTO schema_migrations (version, name, applied_at)
 			VALUES (?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))`,
 			m.version, m.name); err != nil {
-			return fmt.Errorf("migrate: record %03d_%s: %w", m.version, m.name, err)
+			return nil, fmt.Errorf("migrate: record %03d_%s: %w", m.version, m.name, err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("migrate: %w", err)
+		return nil, fmt.Errorf("migrate: %w", err)
 	}
-	return nil
+	return names, nil
+}
+
+// MigrateOnly opens the SQLite file at path (creating it if needed), applies
+// pending migrations and closes it; it returns the names of those applied,
+// none when the schema is current. For `vigil migrate`.
+func MigrateOnly(ctx context.Context, path string) ([]string, error) {
+	st, err := Open(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	return st.applied, st.Close()
 }
 
 // appliedVersions returns the versions schema_migrations records.

@@ -40,8 +40,9 @@ const busyTimeout = 10 * time.Second
 // Store is the SQLite implementation of store.Store. It is safe for
 // concurrent use.
 type Store struct {
-	writer *sql.DB // exactly one connection; every write goes through it
-	reader *sql.DB // read-only connections for queries
+	writer  *sql.DB  // exactly one connection; every write goes through it
+	reader  *sql.DB  // read-only connections for queries
+	applied []string // migrations applied by Open
 }
 
 var _ store.Store = (*Store)(nil)
@@ -70,7 +71,8 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		_ = writer.Close()
 		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
 	}
-	if err := migrate(ctx, writer); err != nil {
+	applied, err := migrate(ctx, writer)
+	if err != nil {
 		_ = writer.Close()
 		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
 	}
@@ -90,7 +92,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		_ = writer.Close()
 		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
 	}
-	return &Store{writer: writer, reader: reader}, nil
+	return &Store{writer: writer, reader: reader, applied: applied}, nil
 }
 
 // checkWAL fails unless the database is in WAL mode: journal_mode=WAL is
