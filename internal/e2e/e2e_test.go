@@ -21,6 +21,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/vigil-fleet/vigil/internal/store/pgstore/pgtest"
 	"github.com/vigil-fleet/vigil/vigiltype"
 )
 
@@ -29,6 +30,10 @@ var bins struct {
 }
 
 func TestMain(m *testing.M) {
+	// The binaries are built with -race: a race in them ends them at once
+	// (and so fails the test), and they skip the race runtime's default
+	// one-second pause at exit, which would slow every CLI call.
+	os.Setenv("GORACE", "halt_on_error=1 atexit_sleep_ms=0")
 	dir, err := os.MkdirTemp("", "vigil-e2e-bin")
 	if err != nil {
 		panic(err)
@@ -43,6 +48,7 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
+	pgtest.Announce()
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -97,10 +103,18 @@ func start(t *testing.T, env []string, name string, args ...string) *proc {
 
 var servingRe = regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+)`)
 
-// startServer runs `vigil serve` on a free loopback port and returns its URL.
+// startServer runs `vigil serve` on a free loopback port over a fresh SQLite
+// file and returns its URL.
 func startServer(t *testing.T, args ...string) string {
 	t.Helper()
-	db := filepath.Join(t.TempDir(), "vigil.db")
+	url, _ := startServerOn(t, filepath.Join(t.TempDir(), "vigil.db"), args...)
+	return url
+}
+
+// startServerOn runs `vigil serve --db db` on a free loopback port and
+// returns its URL and process.
+func startServerOn(t *testing.T, db string, args ...string) (string, *proc) {
+	t.Helper()
 	p := start(t, nil, bins.vigil, append([]string{"serve", "--db", db, "--addr", "127.0.0.1:0"}, args...)...)
 	var url string
 	eventually(t, 30*time.Second, "the server to log its URL", func() bool {
@@ -110,7 +124,7 @@ func startServer(t *testing.T, args ...string) string {
 		}
 		return m != nil
 	})
-	return url
+	return url, p
 }
 
 // vigil runs the CLI against url and decodes its --json output into out.

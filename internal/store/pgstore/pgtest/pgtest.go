@@ -51,10 +51,16 @@ const adminTimeout = 30 * time.Second
 // EnvURL is unset it first prints one line saying the PostgreSQL tests are
 // skipped and how to run them.
 func Main(m *testing.M) {
+	Announce()
+	os.Exit(m.Run())
+}
+
+// Announce prints the one line saying the PostgreSQL tests are skipped, when
+// EnvURL is unset; for a TestMain that has more to do than Main.
+func Announce() {
 	if os.Getenv(EnvURL) == "" {
 		fmt.Fprintf(os.Stderr, "PostgreSQL tests SKIPPED: set %s=postgres://USER@HOST:5432/DB?sslmode=disable to run them\n", EnvURL)
 	}
-	os.Exit(m.Run())
 }
 
 // URL returns a connection URL for the test server whose search_path is a
@@ -62,12 +68,16 @@ func Main(m *testing.M) {
 // t ends; close what uses it in an earlier t.Cleanup (or defer). The URL is
 // for pgx's pool (pgstore.Open): it also carries pool_max_conns.
 //
-// URL skips t when EnvURL is unset and fails it when the server cannot be
-// reached or the schema cannot be created.
+// URL skips t when EnvURL is unset — except in CI (CI=true), where a skipped
+// PostgreSQL test would hide a missing database, so it fails — and fails t
+// when the server cannot be reached or the schema cannot be created.
 func URL(t testing.TB) string {
 	t.Helper()
 	base := os.Getenv(EnvURL)
 	if base == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("PostgreSQL test: %s is unset under CI=true; the PostgreSQL tests must not be skipped in CI", EnvURL)
+		}
 		t.Skipf("PostgreSQL test: set %s to run it", EnvURL)
 	}
 	schema := SchemaPrefix + randomHex(t)

@@ -1,0 +1,111 @@
+package daemon_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vigil-fleet/vigil/internal/daemon"
+	"github.com/vigil-fleet/vigil/internal/lease"
+	"github.com/vigil-fleet/vigil/internal/liveness"
+	"github.com/vigil-fleet/vigil/internal/store/pgstore/pgtest"
+	"github.com/vigil-fleet/vigil/internal/testserver"
+	"github.com/vigil-fleet/vigil/vigiltype"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// skewed is a host clock that runs off by skew.
+type skewed struct{ skew time.Duration }
+
+func (s skewed) Now() time.Time { return time.Now().Add(s.skew).UTC() }
+
+// Two servers on one PostgreSQL whose own clocks differ by ten minutes give
+// the same alive/stopped answer for the same row: both follow the
+// database's clock (DESIGN L3).
+func TestServersOnOneDatabaseShareOneClock(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ahead := testserver.Start(t, testserver.WithDB(url), testserver.WithClock(skewed{5 * time.Minute}))
+	behind := testserver.Start(t, testserver.WithDB(url), testserver.WithClock(skewed{-5 * time.Minute}))
+	ctx := context.Background()
+
+	reg, err := behind.Liveness.Register(ctx, liveness.RegisterParams{
+		ProcessKind: "critic", Hostname: "h", PID: 1, LivenessIntervalS: 5,
+	})
+	require.NoError(t, err)
+	for _, srv := range []*testserver.Server{ahead, behind} {
+		p, err := srv.Liveness.Get(ctx, reg.InstanceID)
+		require.NoError(t, err)
+		require.Equal(t, vigiltype.ProcessAlive, p.Status, "server %s", srv.URL)
+		require.WithinDuration(t, time.Now(), p.LastHeartbeatAt, time.Minute,
+			"last_heartbeat_at is the database's time, not the skewed host's")
+	}
+}
+
+// A task reclaimed while two servers sweep one database is reclaimed once.
+func TestTwoServersReclaimEachExpiredLeaseOnce(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	a := testserver.Start(t, testserver.WithDB(url), testserver.WithSweepInterval(10*time.Millisecond))
+	b := testserver.Start(t, testserver.WithDB(url), testserver.WithSweepInterval(10*time.Millisecond))
+	ctx := context.Background()
+
+	const n = 50
+	reg, err := a.Liveness.Register(ctx, liveness.RegisterParams{ProcessKind: "w", Hostname: "h", PID: 1, LivenessIntervalS: 0.2})
+	require.NoError(t, err)
+	for range n {
+		_, err := a.Lease.Enqueue(ctx, lease5())
+		require.NoError(t, err)
+		task, err := b.Lease.Claim(ctx, reg.InstanceID, reg.InstanceToken, []string{"work"})
+		require.NoError(t, err)
+		require.NotNil(t, task)
+	}
+	// The holder stops heartbeating: its instance shows stopped after 0.6s
+	// and both servers' sweepers race for its 50 leases.
+	require.Eventually(t, func() bool {
+		page, _, err := a.Lease.List(ctx, leaseList("scheduled"))
+		require.NoError(t, err)
+		return len(page) == n
+	}, 30*time.Second, 20*time.Millisecond)
+	page, _, err := b.Lease.List(ctx, leaseList(""))
+	require.NoError(t, err)
+	for _, task := range page {
+		require.Equal(t, 1, task.Reclaims, "task %d", task.TaskID)
+	}
+}
+
+func TestOpenErrorsNeverShowThePassword(t *testing.T) {
+	t.Parallel()
+	for _, db := range []string{
+		"postgres://vigil:hunter2@127.0.0.1:1/vigil?connect_timeout=2",
+		"postgresql://vigil:hunter2@127.0.0.1:1/vigil?sslmode=disable&connect_timeout=2",
+		"postgres://vigil:hunter2@[::1/broken",
+	} {
+		_, err := daemon.New(context.Background(), daemon.Config{DB: db, Addr: "127.0.0.1:0"})
+		require.Error(t, err, db)
+		require.NotContains(t, err.Error(), "hunter2")
+		require.True(t, strings.HasPrefix(err.Error(), "--db: "), err.Error())
+	}
+}
+
+func TestNonLoopbackNeedsAToken(t *testing.T) {
+	t.Parallel()
+	_, err := daemon.New(context.Background(), daemon.Config{DB: t.TempDir() + "/v.db", Addr: "0.0.0.0:0"})
+	require.ErrorContains(t, err, "refusing to serve without --token-file")
+	_, err = daemon.New(context.Background(), daemon.Config{DB: t.TempDir() + "/v.db", Addr: "127.0.0.1:0", TokenFile: "/nonexistent"})
+	require.ErrorContains(t, err, "--token-file")
+	srv := testserver.Start(t)
+	resp, err := http.Get(srv.URL + "/healthz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+func lease5() lease.EnqueueParams { return lease.EnqueueParams{TaskType: "work"} }
+
+func leaseList(status string) lease.ListParams { return lease.ListParams{Status: status, Limit: 1000} }
