@@ -21,6 +21,7 @@ const (
 	CodeMethodNotAllowed = "method_not_allowed" // 405
 	CodeStaleEpoch       = "stale_epoch"        // 409: lease not held at that epoch by that instance
 	CodeInstanceExited   = "instance_exited"    // 409: the instance already reported its exit
+	CodeInstanceStopped  = "instance_stopped"   // 409: a claim by an instance past its alive window
 	CodePayloadTooLarge  = "payload_too_large"  // 413: body over 1 MiB
 	CodeInternal         = "internal"           // 500: a server fault
 )
@@ -45,7 +46,7 @@ func (e *APIError) Error() string {
 	if code == "" {
 		code = strings.ToLower(strings.ReplaceAll(http.StatusText(e.Status), " ", "_"))
 	}
-	return fmt.Sprintf("vigil: %d %s: %s", e.Status, code, e.Message)
+	return fmt.Sprintf("%s (HTTP %d %s)", e.Message, e.Status, code)
 }
 
 // Is maps e's code to the matching vigiltype sentinel error.
@@ -55,13 +56,14 @@ func (e *APIError) Is(target error) bool {
 }
 
 var sentinels = map[string]error{
-	CodeStaleEpoch:     vigiltype.ErrStaleEpoch,
-	CodeNotFound:       vigiltype.ErrNotFound,
-	CodeInvalid:        vigiltype.ErrInvalid,
-	CodeMalformedJSON:  vigiltype.ErrInvalid,
-	CodeInvalidToken:   vigiltype.ErrInvalidToken,
-	CodeInstanceExited: vigiltype.ErrInstanceExited,
-	CodeUnauthorized:   vigiltype.ErrUnauthorized,
+	CodeStaleEpoch:      vigiltype.ErrStaleEpoch,
+	CodeNotFound:        vigiltype.ErrNotFound,
+	CodeInvalid:         vigiltype.ErrInvalid,
+	CodeMalformedJSON:   vigiltype.ErrInvalid,
+	CodeInvalidToken:    vigiltype.ErrInvalidToken,
+	CodeInstanceExited:  vigiltype.ErrInstanceExited,
+	CodeInstanceStopped: vigiltype.ErrInstanceStopped,
+	CodeUnauthorized:    vigiltype.ErrUnauthorized,
 }
 
 func decodeAPIError(status int, raw []byte) *APIError {

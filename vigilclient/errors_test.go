@@ -14,13 +14,14 @@ func TestAPIErrorIs(t *testing.T) {
 	t.Parallel()
 
 	for code, sentinel := range map[string]error{
-		"stale_epoch":     vigiltype.ErrStaleEpoch,
-		"not_found":       vigiltype.ErrNotFound,
-		"invalid":         vigiltype.ErrInvalid,
-		"malformed_json":  vigiltype.ErrInvalid,
-		"invalid_token":   vigiltype.ErrInvalidToken,
-		"instance_exited": vigiltype.ErrInstanceExited,
-		"unauthorized":    vigiltype.ErrUnauthorized,
+		"stale_epoch":      vigiltype.ErrStaleEpoch,
+		"not_found":        vigiltype.ErrNotFound,
+		"invalid":          vigiltype.ErrInvalid,
+		"malformed_json":   vigiltype.ErrInvalid,
+		"invalid_token":    vigiltype.ErrInvalidToken,
+		"instance_exited":  vigiltype.ErrInstanceExited,
+		"instance_stopped": vigiltype.ErrInstanceStopped,
+		"unauthorized":     vigiltype.ErrUnauthorized,
 	} {
 		err := fmt.Errorf("complete task 7: %w", &APIError{Status: 409, Code: code, Message: "m"})
 		require.ErrorIs(t, err, sentinel, code)
@@ -39,11 +40,11 @@ func TestDecodeAPIError(t *testing.T) {
 
 	e := decodeAPIError(409, []byte(`{"error":{"code":"stale_epoch","message":"task 7: stale lease epoch"}}`))
 	require.Equal(t, &APIError{Status: 409, Code: "stale_epoch", Message: "task 7: stale lease epoch"}, e)
-	require.Equal(t, "vigil: 409 stale_epoch: task 7: stale lease epoch", e.Error())
+	require.Equal(t, "task 7: stale lease epoch (HTTP 409 stale_epoch)", e.Error())
 
 	e = decodeAPIError(502, []byte("<html>bad gateway</html>"))
 	require.Equal(t, &APIError{Status: 502, Message: "<html>bad gateway</html>"}, e)
-	require.Equal(t, "vigil: 502 bad_gateway: <html>bad gateway</html>", e.Error())
+	require.Equal(t, "<html>bad gateway</html> (HTTP 502 bad_gateway)", e.Error())
 
 	e = decodeAPIError(503, nil)
 	require.Equal(t, "Service Unavailable", e.Message)

@@ -147,6 +147,10 @@ var (
 	ErrInvalidToken = errors.New("instance token does not match")
 	// ErrInstanceExited: the instance already reported its exit. HTTP 409.
 	ErrInstanceExited = errors.New("instance has exited")
+	// ErrInstanceStopped: the instance missed its liveness heartbeats and
+	// shows stopped, so it may not claim work until a heartbeat brings it
+	// back. HTTP 409.
+	ErrInstanceStopped = errors.New("instance is stopped: send a liveness heartbeat first")
 	// ErrInvalid: the request broke a validation rule; the wrapping error
 	// names the field. HTTP 400.
 	ErrInvalid = errors.New("invalid input")

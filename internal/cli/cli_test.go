@@ -96,6 +96,8 @@ func TestStatusShowsNewestInstance(t *testing.T) {
 func TestBadFlags(t *testing.T) {
 	t.Parallel()
 	srv := testserver.Start(t)
+	emptyFile := t.TempDir() + "/token"
+	require.NoError(t, os.WriteFile(emptyFile, nil, 0o600))
 	cases := []struct {
 		name string
 		args []string
@@ -105,7 +107,13 @@ func TestBadFlags(t *testing.T) {
 		{"ps limit", []string{"ps", "--limit", "0"}, "--limit 0: must be between 1 and 1000"},
 		{"tasks status", []string{"tasks", "ls", "--status", "done"}, "must be one of scheduled"},
 		{"payload", []string{"tasks", "add", "sleep", "--payload", "{nope"}, "--payload: must be valid JSON"},
-		{"max attempts", []string{"tasks", "add", "sleep", "--max-attempts", "0"}, "--max-attempts must be at least 1"},
+		{"max attempts", []string{"tasks", "add", "sleep", "--max-attempts", "0"}, "--max-attempts must be between 1 and 1000, got 0"},
+		{"max attempts high", []string{"tasks", "add", "sleep", "--max-attempts", "1001"}, "--max-attempts must be between 1 and 1000, got 1001"},
+		{"max reclaims", []string{"tasks", "add", "sleep", "--max-reclaims", "-1"}, "--max-reclaims must be between 0 and 1000"},
+		{"lease timeout", []string{"tasks", "add", "sleep", "--lease-timeout", "500ms"}, "--lease-timeout must be 0 (the server's) or between 1s and 24h, got 500ms"},
+		{"delay", []string{"tasks", "add", "sleep", "--delay", "-1s"}, "--delay must not be negative"},
+		{"payload file", []string{"tasks", "add", "sleep", "--payload", "@/nonexistent/p.json"}, "--payload: open /nonexistent/p.json"},
+		{"empty token file", []string{"ps", "--token-file", emptyFile}, "the file is empty"},
 		{"task type", []string{"tasks", "add", "bad type"}, "task_type: may only contain"},
 		{"task id", []string{"tasks", "show", "abc"}, `task ID "abc": must be a positive integer`},
 		{"prune", []string{"prune", "--older-than", "-1h"}, "--older-than must be a positive duration"},
@@ -136,6 +144,14 @@ func TestServeRefusesExposureWithoutToken(t *testing.T) {
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, errOut, "--lease-timeout must be positive")
 
+	code, _, errOut = run(t, "serve", "--sweep-interval", "1ns", "--db", db)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "--sweep-interval must be at least 10ms")
+
+	code, _, errOut = run(t, "up", "--stop-grace", "-1s", "--db", db)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "--stop-grace must be positive")
+
 	code, _, errOut = run(t, "serve", "--log-level", "loud", "--db", db)
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, errOut, `--log-level "loud"`)
@@ -157,4 +173,43 @@ func TestServeRefusesExposureWithoutToken(t *testing.T) {
 
 func registerParams(kind string) liveness.RegisterParams {
 	return liveness.RegisterParams{ProcessKind: kind, Hostname: "h", PID: 1, LivenessIntervalS: 30}
+}
+
+func TestPayloadFromFileAndStdin(t *testing.T) {
+	t.Parallel()
+	srv := testserver.Start(t)
+	file := t.TempDir() + "/job.json"
+	require.NoError(t, os.WriteFile(file, []byte(`{"from":"file"}`+"\n"), 0o600))
+
+	code, out, errOut := run(t, "tasks", "add", "job", "--payload", "@"+file, "--json", "--server", srv.URL)
+	require.Equal(t, 0, code, errOut)
+	var task vigiltype.Task
+	require.NoError(t, json.Unmarshal([]byte(out), &task))
+	require.JSONEq(t, `{"from":"file"}`, string(task.Payload))
+
+	var stdout, stderr bytes.Buffer
+	code = Main([]string{"tasks", "add", "job", "--payload", "-", "--json", "--server", srv.URL},
+		strings.NewReader(`{"from":"stdin"}`), &stdout, &stderr)
+	require.Equal(t, 0, code, stderr.String())
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &task))
+	require.JSONEq(t, `{"from":"stdin"}`, string(task.Payload))
+}
+
+func TestTablesEscapeControlCharacters(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "plain text ✓", printable("plain text ✓"))
+	require.Equal(t, `evil\x1b[31mRED\n\tx`, printable("evil\x1b[31mRED\n\tx"))
+	require.Equal(t, `a\x00b\xff`, printable("a\x00b\xff"))
+	require.Equal(t, "keeps \uFFFD as it is", printable("keeps \uFFFD as it is"))
+
+	var out bytes.Buffer
+	require.NoError(t, table(&out, []string{"A", "B"}, [][]string{{"x\ny", "z"}}))
+	require.Equal(t, 2, strings.Count(out.String(), "\n"), "one header line and one row: %q", out.String())
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	code, out, _ := run(t, "--version")
+	require.Equal(t, 0, code)
+	require.True(t, strings.HasPrefix(out, "vigil version "), out)
 }

@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -41,7 +44,11 @@ func (f *clientFlags) client() (*vigilclient.Client, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--token-file: %w", err)
 		}
-		opts = append(opts, vigilclient.WithToken(strings.TrimSpace(string(b))))
+		token := strings.TrimSpace(string(b))
+		if token == "" {
+			return nil, fmt.Errorf("--token-file %s: the file is empty", f.tokenFile)
+		}
+		opts = append(opts, vigilclient.WithToken(token))
 	}
 	c, err := vigilclient.New(strings.Split(f.server, ","), opts...)
 	if err != nil {
@@ -56,14 +63,41 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// table writes rows aligned in columns under an upper-case header.
+// table writes rows aligned in columns under an upper-case header. Control
+// characters in cells are shown escaped, so a value cannot break the table
+// or drive the terminal.
 func table(w io.Writer, header []string, rows [][]string) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(header, "\t"))
 	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		cells := make([]string, len(r))
+		for i, c := range r {
+			cells[i] = printable(c)
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	return tw.Flush()
+}
+
+// printable escapes control characters and invalid UTF-8 in s (Go syntax,
+// e.g. \x1b), leaving other text as it is.
+func printable(s string) string {
+	if utf8.ValidString(s) && strings.IndexFunc(s, unicode.IsControl) < 0 {
+		return s
+	}
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		case unicode.IsControl(r):
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 // ago renders how long before now t was, e.g. "4s ago", or "-" for nil.

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -30,6 +31,22 @@ type exitError struct {
 
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
+
+// version is the module version vigil was built as, with the VCS revision
+// when the build recorded one ("(devel)" for a plain go build).
+func version() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := info.Main.Version
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " (" + s.Value[:12] + ")"
+		}
+	}
+	return v
+}
 
 // Main runs the CLI with args and returns the process exit code.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -62,6 +79,7 @@ Start a server with its example fleet:   vigil up --fleet examples/fleet.yaml
 Then ask it:                             vigil ps; vigil tasks ls; vigil sweepers`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version(),
 	}
 	root.SetIn(stdin)
 	root.SetOut(stdout)

@@ -15,6 +15,9 @@ import (
 	"github.com/vigil-fleet/vigil/internal/lease"
 )
 
+// sweepIntervalMin keeps a typo (1ns) from turning the reclaimer into a busy loop.
+const sweepIntervalMin = 10 * time.Millisecond
+
 // serverFlags are the flags shared by serve and up.
 type serverFlags struct {
 	db            string
@@ -50,8 +53,8 @@ func (f *serverFlags) config(cmd *cobra.Command) (daemon.Config, *slog.Logger, e
 	if f.leaseTimeout <= 0 {
 		return daemon.Config{}, nil, fmt.Errorf("--lease-timeout must be positive, got %s", f.leaseTimeout)
 	}
-	if f.sweepInterval <= 0 {
-		return daemon.Config{}, nil, fmt.Errorf("--sweep-interval must be positive, got %s", f.sweepInterval)
+	if f.sweepInterval < sweepIntervalMin {
+		return daemon.Config{}, nil, fmt.Errorf("--sweep-interval must be at least %s, got %s", sweepIntervalMin, f.sweepInterval)
 	}
 	return daemon.Config{
 		DB: f.db, Addr: f.addr, TokenFile: f.tokenFile,

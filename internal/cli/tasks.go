@@ -1,10 +1,14 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -39,25 +43,37 @@ func newTasksAddCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "add TYPE",
 		Short: "Enqueue a task of TYPE",
+		Long: `Enqueue a task of TYPE. It is claimable at once (or after --delay) by an
+instance polling for TYPE, which holds it under a lease until it completes,
+fails or releases it. Prints the new task's id, or the whole task with --json.`,
 		Example: `  vigil tasks add sleep --payload '{"seconds":5}'
-  vigil tasks add report --max-attempts 3 --delay 10m --json`,
+  vigil tasks add report --payload @job.json --max-attempts 3 --delay 10m --json
+  generate-job | vigil tasks add report --payload -`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p.TaskType = args[0]
-			if payload != "" {
-				if !json.Valid([]byte(payload)) {
-					return fmt.Errorf("--payload: must be valid JSON, got %q", payload)
-				}
-				p.Payload = json.RawMessage(payload)
+			raw, err := readPayload(cmd, payload)
+			if err != nil {
+				return err
 			}
+			p.Payload = raw
 			if cmd.Flags().Changed("max-attempts") {
-				if maxAttempts < 1 {
-					return fmt.Errorf("--max-attempts must be at least 1, got %d", maxAttempts)
+				if maxAttempts < 1 || maxAttempts > 1000 {
+					return fmt.Errorf("--max-attempts must be between 1 and 1000, got %d", maxAttempts)
 				}
 				p.MaxAttempts = maxAttempts
 			}
 			if cmd.Flags().Changed("max-reclaims") {
+				if maxReclaims < 0 || maxReclaims > 1000 {
+					return fmt.Errorf("--max-reclaims must be between 0 and 1000, got %d", maxReclaims)
+				}
 				p.MaxReclaims = &maxReclaims
+			}
+			if p.LeaseTimeout != 0 && (p.LeaseTimeout < time.Second || p.LeaseTimeout > 24*time.Hour) {
+				return fmt.Errorf("--lease-timeout must be 0 (the server's) or between 1s and 24h, got %s", p.LeaseTimeout)
+			}
+			if p.Delay < 0 {
+				return fmt.Errorf("--delay must not be negative, got %s", p.Delay)
 			}
 			c, err := cf.client()
 			if err != nil {
@@ -76,7 +92,7 @@ func newTasksAddCmd() *cobra.Command {
 	}
 	cf.register(cmd)
 	fs := cmd.Flags()
-	fs.StringVar(&payload, "payload", "", "task payload as JSON (default {})")
+	fs.StringVar(&payload, "payload", "", "task payload as JSON (default {}); @FILE reads it from a file, - from standard input")
 	fs.IntVar(&maxAttempts, "max-attempts", 5, "handler failures before dead_letter")
 	fs.IntVar(&maxReclaims, "max-reclaims", 3, "reclaims from dead holders before dead_letter")
 	fs.DurationVar(&p.LeaseTimeout, "lease-timeout", 0, "this task's lease window (default: the server's --lease-timeout)")
@@ -93,6 +109,11 @@ func newTasksLsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ls",
 		Short: "List tasks, newest first",
+		Long: `List tasks, highest id first, one page at a time (--limit, --cursor).
+ATTEMPTS counts handler failures against max_attempts; RECLAIMS counts leases
+taken back from dead or silent holders against max_reclaims; EPOCH is the
+lease's fencing token; LEASE HEARTBEAT is the age of the holder's last lease
+heartbeat. With --json: {"tasks":[…],"next_cursor":…}.`,
 		Example: `  vigil tasks ls
   vigil tasks ls --status running
   vigil tasks ls --status dead_letter --json`,
@@ -140,10 +161,14 @@ func newTasksLsCmd() *cobra.Command {
 func newTasksShowCmd() *cobra.Command {
 	var cf clientFlags
 	cmd := &cobra.Command{
-		Use:     "show ID",
-		Short:   "Show one task with its lease and result",
-		Example: `  vigil tasks show 42 --json`,
-		Args:    cobra.ExactArgs(1),
+		Use:   "show ID",
+		Short: "Show one task with its lease and result",
+		Long: `Show every field of one task: payload, lease (owner, epoch, expiry, last
+heartbeat), counts, result, completed_by and last_error (a failure's text, or
+why the lease was reclaimed). Exits 3 when there is no such task.`,
+		Example: `  vigil tasks show 42
+  vigil tasks show 42 --json | jq .result`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := strconv.ParseInt(args[0], 10, 64)
 			if err != nil || id <= 0 {
@@ -214,6 +239,37 @@ func taskDetail(cmd *cobra.Command, t *vigiltype.Task) error {
 	return table(cmd.OutOrStdout(), []string{"FIELD", "VALUE"}, rows)
 }
 
+// readPayload returns the --payload value as JSON: inline, @FILE or - for
+// standard input; nil when empty (the server stores {}).
+func readPayload(cmd *cobra.Command, v string) (json.RawMessage, error) {
+	var (
+		data []byte
+		err  error
+	)
+	switch {
+	case v == "":
+		return nil, nil
+	case v == "-":
+		data, err = io.ReadAll(cmd.InOrStdin())
+	case strings.HasPrefix(v, "@"):
+		data, err = os.ReadFile(v[1:])
+	default:
+		data = []byte(v)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--payload: %w", err)
+	}
+	data = bytes.TrimSpace(data)
+	if !json.Valid(data) {
+		shown := string(data)
+		if len(shown) > 80 {
+			shown = shown[:80] + "…"
+		}
+		return nil, fmt.Errorf("--payload: must be valid JSON, got %q", shown)
+	}
+	return data, nil
+}
+
 func errorsIsNotFound(err error) bool { return errors.Is(err, vigiltype.ErrNotFound) }
 
 func newSweepersCmd() *cobra.Command {
@@ -225,6 +281,8 @@ func newSweepersCmd() *cobra.Command {
 		Long: `Show the server's sweepers (background loops such as the lease reclaimer) in
 the list_agents / agent_status shape: kind "sweeper", last_run_at,
 last_result_count, last_run_duration_ms, last_error.`,
+		Example: `  vigil sweepers
+  vigil sweepers --json | jq '.sweepers[] | select(.last_error != null)'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := cf.client()

@@ -54,6 +54,9 @@ Fleet file:
 			if err := checkBackoff(backoff); err != nil {
 				return err
 			}
+			if stopGrace <= 0 {
+				return fmt.Errorf("--stop-grace must be positive, got %s", stopGrace)
+			}
 			fleet, err := supervisor.LoadFleet(fleetPath)
 			if err != nil {
 				if errors.Is(err, os.ErrNotExist) {

@@ -31,8 +31,8 @@ const (
 	// SweepIntervalDefault is how often the lease reclaimer runs. A holder
 	// that shows stopped loses its task within this long.
 	SweepIntervalDefault = 5 * time.Second
-	// ShutdownGrace bounds how long in-flight requests may finish at stop.
-	ShutdownGrace = 10 * time.Second
+	// ShutdownGraceDefault bounds how long in-flight requests may finish at stop.
+	ShutdownGraceDefault = 10 * time.Second
 )
 
 // Config configures a Daemon. Zero fields take the defaults above and those
@@ -43,6 +43,7 @@ type Config struct {
 	TokenFile     string        // file holding the bearer token; empty = no auth (loopback only)
 	LeaseTimeout  time.Duration // lease window without heartbeat (lease.LeaseTimeoutDefault)
 	SweepInterval time.Duration // lease reclaimer period (SweepIntervalDefault)
+	ShutdownGrace time.Duration // in-flight requests' time to finish at stop (ShutdownGraceDefault)
 	Clock         clock.Clock   // the local clock; clock.Real when nil (followed to the database's on PostgreSQL)
 	Logger        *slog.Logger  // slog.Default() when nil
 }
@@ -66,6 +67,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	cfg.DB = cmp.Or(cfg.DB, DBDefault)
 	cfg.Addr = cmp.Or(cfg.Addr, AddrDefault)
 	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, SweepIntervalDefault)
+	cfg.ShutdownGrace = cmp.Or(cfg.ShutdownGrace, ShutdownGraceDefault)
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
@@ -127,6 +129,9 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 			Liveness: d.Liveness, Lease: d.Lease, Store: st, Logger: cfg.Logger, Token: token,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second, // a client trickling a body cannot hold a connection
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
 	return d, nil
@@ -164,9 +169,15 @@ func (d *Daemon) Stop() error {
 	if d.synced != nil {
 		d.synced.Stop()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), ShutdownGrace)
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownGrace)
 	defer cancel()
 	err := d.server.Shutdown(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		// Requests still running after the grace are cut off: stopping is
+		// what the operator asked for, not a failure.
+		d.cfg.Logger.Warn("closing connections still open after the shutdown grace", "grace", d.cfg.ShutdownGrace)
+		err = d.server.Close()
+	}
 	if d.served != nil {
 		if serr := <-d.served; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 			err = errors.Join(err, serr)

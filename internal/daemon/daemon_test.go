@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -91,6 +92,47 @@ func TestOpenErrorsNeverShowThePassword(t *testing.T) {
 		require.NotContains(t, err.Error(), "hunter2")
 		require.True(t, strings.HasPrefix(err.Error(), "--db: "), err.Error())
 	}
+}
+
+// /healthz reports a store that no longer answers.
+func TestHealthzChecksTheStore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, err := daemon.New(ctx, daemon.Config{DB: t.TempDir() + "/v.db", Addr: "127.0.0.1:0"})
+	require.NoError(t, err)
+	d.Start(ctx)
+	get := func() int {
+		resp, err := http.Get(d.URL() + "/healthz")
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusOK, get())
+	require.NoError(t, d.Store().Close())
+	require.Equal(t, http.StatusServiceUnavailable, get())
+	_ = d.Stop() // the store is already closed
+}
+
+// A client that never finishes its request does not make stopping fail.
+func TestStopCutsOffLingeringRequests(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, err := daemon.New(ctx, daemon.Config{DB: t.TempDir() + "/v.db", Addr: "127.0.0.1:0", ShutdownGrace: 50 * time.Millisecond})
+	require.NoError(t, err)
+	d.Start(ctx)
+	conn, err := net.Dial("tcp", d.Addr())
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.Write([]byte("POST /v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"task"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { // the request has reached its handler
+		resp, err := http.Get(d.URL() + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	}, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, d.Stop())
 }
 
 func TestNonLoopbackNeedsAToken(t *testing.T) {

@@ -56,8 +56,19 @@ func TestMain(m *testing.M) {
 
 // proc is a child process whose combined output is kept for assertions.
 type proc struct {
-	cmd *exec.Cmd
-	out *syncBuffer
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{} // closed once the process has exited and been reaped
+}
+
+// running reports whether the process has not exited.
+func (p *proc) running() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
 }
 
 type syncBuffer struct {
@@ -87,8 +98,8 @@ func start(t *testing.T, env []string, name string, args ...string) *proc {
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	require.NoError(t, cmd.Start())
-	p := &proc{cmd: cmd, out: out}
 	done := make(chan struct{})
+	p := &proc{cmd: cmd, out: out, done: done}
 	go func() { _ = cmd.Wait(); close(done) }()
 	t.Cleanup(func() {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT)

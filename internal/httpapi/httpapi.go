@@ -5,6 +5,7 @@
 package httpapi
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -67,6 +68,9 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("POST /v1/tasks/{id}/{op}", a.taskLeaseOp)
 
 	mux.HandleFunc("GET /v1/sweepers", a.sweepers)
+	// Literal segments that GET /v1/…/{id} would otherwise take for an id.
+	mux.HandleFunc("GET /v1/tasks/claim", onlyPost)
+	mux.HandleFunc("GET /v1/processes/prune", onlyPost)
 	return a.middleware(mux)
 }
 
@@ -93,13 +97,34 @@ func (a *api) middleware(next http.Handler) http.Handler {
 	})
 }
 
+// authorized checks "Authorization: Bearer <token>" (the scheme is
+// case-insensitive, RFC 7235).
 func (a *api) authorized(r *http.Request) bool {
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(a.Token)) == 1
+	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	return ok && strings.EqualFold(scheme, "Bearer") &&
+		subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(a.Token)) == 1
 }
 
+// healthzTimeout bounds the store read /healthz makes.
+const healthzTimeout = 2 * time.Second
+
+// healthz answers 200 {"status":"ok"} when the store answers a read, else
+// 503 with code "unavailable".
 func (a *api) healthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), healthzTimeout)
+	defer cancel()
+	if _, err := a.Store.SweeperList(ctx); err != nil {
+		a.Logger.Warn("health check: store read failed", "err", err)
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "the store does not answer")
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// onlyPost answers the methods a POST-only route does not take.
+func onlyPost(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Allow", http.MethodPost)
+	writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed; allowed: POST")
 }
 
 // --- processes ---
@@ -118,12 +143,20 @@ func (a *api) processRegister(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) processHeartbeat(w http.ResponseWriter, r *http.Request) {
-	p, err := a.Liveness.Heartbeat(r.Context(), r.PathValue("id"), r.Header.Get(InstanceTokenHeader))
+	token, ok := instanceToken(w, r)
+	if !ok {
+		return
+	}
+	p, err := a.Liveness.Heartbeat(r.Context(), r.PathValue("id"), token)
 	a.respond(w, r, p, err)
 }
 
 func (a *api) processExit(w http.ResponseWriter, r *http.Request) {
-	p, err := a.Liveness.Exit(r.Context(), r.PathValue("id"), r.Header.Get(InstanceTokenHeader))
+	token, ok := instanceToken(w, r)
+	if !ok {
+		return
+	}
+	p, err := a.Liveness.Exit(r.Context(), r.PathValue("id"), token)
 	a.respond(w, r, p, err)
 }
 
@@ -167,7 +200,7 @@ func (a *api) processPrune(w http.ResponseWriter, r *http.Request) {
 	if !a.decode(w, r, &p) {
 		return
 	}
-	if err := liveness.CheckInterval("older_than_s", p.OlderThanS, 100*365*86400); err != nil {
+	if err := liveness.CheckInterval("older_than_s", p.OlderThanS, 1, 100*365*86400); err != nil {
 		a.fail(w, r, err)
 		return
 	}
@@ -245,7 +278,11 @@ func (a *api) taskClaim(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, vigiltype.Invalid("instance_id", "is required"))
 		return
 	}
-	t, err := a.Lease.Claim(r.Context(), p.InstanceID, r.Header.Get(InstanceTokenHeader), p.TaskTypes)
+	token, ok := instanceToken(w, r)
+	if !ok {
+		return
+	}
+	t, err := a.Lease.Claim(r.Context(), p.InstanceID, token, p.TaskTypes)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -289,7 +326,11 @@ func (a *api) taskLeaseOp(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, vigiltype.Invalid("error", "error and retry_after_s are only accepted by fail"))
 		return
 	}
-	l := lease.Lease{TaskID: id, InstanceID: p.InstanceID, Token: r.Header.Get(InstanceTokenHeader), Epoch: p.LeaseEpoch}
+	token, ok := instanceToken(w, r)
+	if !ok {
+		return
+	}
+	l := lease.Lease{TaskID: id, InstanceID: p.InstanceID, Token: token, Epoch: p.LeaseEpoch}
 	var (
 		t   *vigiltype.Task
 		err error
@@ -325,6 +366,18 @@ func (a *api) sweepers(w http.ResponseWriter, r *http.Request) {
 
 // --- helpers ---
 
+// instanceToken reads the instance token header, answering 403 when it is
+// missing.
+func instanceToken(w http.ResponseWriter, r *http.Request) (string, bool) {
+	token := r.Header.Get(InstanceTokenHeader)
+	if token == "" {
+		writeError(w, http.StatusForbidden, "invalid_token",
+			"the "+InstanceTokenHeader+" header is required: send the instance_token returned when the instance registered")
+		return "", false
+	}
+	return token, true
+}
+
 func (a *api) taskID(w http.ResponseWriter, r *http.Request) (int64, bool) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id <= 0 {
@@ -342,6 +395,11 @@ func (a *api) queryInt(w http.ResponseWriter, r *http.Request, name string) (int
 	n, err := strconv.Atoi(s)
 	if err != nil {
 		a.fail(w, r, vigiltype.Invalid(name, "must be an integer"))
+		return 0, false
+	}
+	if n == 0 {
+		// 0 would read as "not given" below; say so rather than guess.
+		a.fail(w, r, vigiltype.Invalid(name, "must not be 0"))
 		return 0, false
 	}
 	return n, true
@@ -389,6 +447,8 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status, code = http.StatusConflict, "stale_epoch"
 	case errors.Is(err, vigiltype.ErrInstanceExited):
 		status, code = http.StatusConflict, "instance_exited"
+	case errors.Is(err, vigiltype.ErrInstanceStopped):
+		status, code = http.StatusConflict, "instance_stopped"
 	case errors.Is(err, vigiltype.ErrInvalidToken):
 		status, code = http.StatusForbidden, "invalid_token"
 	case errors.Is(err, vigiltype.ErrUnauthorized):

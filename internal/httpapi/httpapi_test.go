@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -341,6 +342,8 @@ func TestServerToken(t *testing.T) {
 	require.Equal(t, "unauthorized", code)
 	require.Equal(t, http.StatusUnauthorized, b.do("GET", "/v1/processes", "", "Authorization", "Bearer wrong").status)
 	require.Equal(t, http.StatusOK, b.do("GET", "/v1/processes", "", "Authorization", "Bearer s3cret-token-0123456789").status)
+	require.Equal(t, http.StatusOK, b.do("GET", "/v1/processes", "", "Authorization", "bearer s3cret-token-0123456789").status,
+		"the auth scheme is case-insensitive")
 }
 
 // Bad input gets a 4xx naming the field and rule, and writes nothing.
@@ -369,7 +372,10 @@ func TestBadInput(t *testing.T) {
 		{"interval NaN", "POST", "/v1/processes", `{"process_kind":"k","hostname":"h","pid":1,"liveness_interval_s":NaN}`, nil, 400, "malformed_json", "invalid JSON"},
 		{"interval string", "POST", "/v1/processes", `{"process_kind":"k","hostname":"h","pid":1,"liveness_interval_s":"abc"}`, nil, 400, "malformed_json", "liveness_interval_s must be a number"},
 		{"interval missing", "POST", "/v1/processes", `{"process_kind":"k","hostname":"h","pid":1}`, nil, 400, "invalid", "liveness_interval_s"},
-		{"interval too long", "POST", "/v1/processes", `{"process_kind":"k","hostname":"h","pid":1,"liveness_interval_s":1e9}`, nil, 400, "invalid", "at most 86400"},
+		{"interval too long", "POST", "/v1/processes", `{"process_kind":"k","hostname":"h","pid":1,"liveness_interval_s":1e9}`, nil, 400, "invalid", "must be between 0.01 and 86400 seconds"},
+		{"interval too short", "POST", "/v1/processes", `{"process_kind":"k","hostname":"h","pid":1,"liveness_interval_s":1e-300}`, nil, 400, "invalid", "must be between 0.01 and 86400 seconds"},
+		{"hostname control chars", "POST", "/v1/processes", `{"process_kind":"k","hostname":"evil\u001b[31mRED\n","pid":1,"liveness_interval_s":5}`, nil, 400, "invalid", "hostname: must be UTF-8 text without control characters"},
+		{"hostname NUL", "POST", "/v1/processes", `{"process_kind":"k","hostname":"a\u0000b","pid":1,"liveness_interval_s":5}`, nil, 400, "invalid", "hostname: must be UTF-8 text without control characters"},
 		{"kind bad chars", "POST", "/v1/processes", `{"process_kind":"a b","hostname":"h","pid":1,"liveness_interval_s":5}`, nil, 400, "invalid", "process_kind: may only contain"},
 		{"kind missing", "POST", "/v1/processes", `{"hostname":"h","pid":1,"liveness_interval_s":5}`, nil, 400, "invalid", "process_kind: is required"},
 		{"pid zero", "POST", "/v1/processes", `{"process_kind":"k","hostname":"h","pid":0,"liveness_interval_s":5}`, nil, 400, "invalid", "pid: must be a positive integer"},
@@ -382,15 +388,19 @@ func TestBadInput(t *testing.T) {
 		{"unknown status filter", "GET", "/v1/processes?status=zombie", "", nil, 400, "invalid", "status: must be alive or stopped"},
 		{"limit negative", "GET", "/v1/processes?limit=-1", "", nil, 400, "invalid", "limit"},
 		{"limit not a number", "GET", "/v1/processes?limit=ten", "", nil, 400, "invalid", "limit: must be an integer"},
+		{"limit zero", "GET", "/v1/tasks?limit=0", "", nil, 400, "invalid", "limit: must not be 0"},
+		{"kind filter bad chars", "GET", "/v1/processes?kind=a%20b", "", nil, 400, "invalid", "kind: may only contain"},
+		{"host filter control chars", "GET", "/v1/processes?host=a%1Bb", "", nil, 400, "invalid", "host: must be UTF-8 text"},
 		{"bad cursor", "GET", "/v1/processes?cursor=zzz", "", nil, 400, "invalid", "cursor"},
 		{"unknown task status", "GET", "/v1/tasks?status=done", "", nil, 400, "invalid", "status: must be one of"},
 		{"heartbeat unknown instance", "POST", "/v1/processes/nope/heartbeat", "", tok, 404, "not_found", ""},
 		{"heartbeat wrong token", "POST", "/v1/processes/" + in.ID + "/heartbeat", "", []string{"X-Vigil-Instance-Token", other.Token}, 403, "invalid_token", ""},
-		{"heartbeat no token", "POST", "/v1/processes/" + in.ID + "/heartbeat", "", nil, 403, "invalid_token", ""},
+		{"heartbeat no token", "POST", "/v1/processes/" + in.ID + "/heartbeat", "", nil, 403, "invalid_token", "X-Vigil-Instance-Token header is required"},
 		{"exit wrong token", "POST", "/v1/processes/" + in.ID + "/exit", "", []string{"X-Vigil-Instance-Token", "x"}, 403, "invalid_token", ""},
 		{"enqueue bad type", "POST", "/v1/tasks", `{"task_type":""}`, nil, 400, "invalid", "task_type: is required"},
 		{"enqueue max_attempts zero", "POST", "/v1/tasks", `{"task_type":"sleep","max_attempts":0}`, nil, 400, "invalid", "max_attempts: must be between 1 and 1000"},
 		{"enqueue lease timeout negative", "POST", "/v1/tasks", `{"task_type":"sleep","lease_timeout_s":-1}`, nil, 400, "invalid", "lease_timeout_s"},
+		{"enqueue lease timeout under 1s", "POST", "/v1/tasks", `{"task_type":"sleep","lease_timeout_s":0.0001}`, nil, 400, "invalid", "lease_timeout_s: must be 0 (the server's window) or between 1 and 86400 seconds"},
 		{"enqueue delay negative", "POST", "/v1/tasks", `{"task_type":"sleep","delay_s":-1}`, nil, 400, "invalid", "delay_s"},
 		{"enqueue payload not JSON", "POST", "/v1/tasks", `{"task_type":"sleep","payload":nope}`, nil, 400, "malformed_json", ""},
 		{"unknown task", "GET", "/v1/tasks/999999", "", nil, 404, "not_found", "task 999999"},
@@ -409,6 +419,8 @@ func TestBadInput(t *testing.T) {
 		{"claim no instance", "POST", "/v1/tasks/claim", `{"task_types":["sleep"]}`, tok, 400, "invalid", "instance_id: is required"},
 		{"prune zero", "POST", "/v1/processes/prune", `{"older_than_s":0}`, nil, 400, "invalid", "older_than_s"},
 		{"wrong method", "DELETE", "/v1/processes", "", nil, 405, "method_not_allowed", ""},
+		{"GET claim", "GET", "/v1/tasks/claim", "", nil, 405, "method_not_allowed", "allowed: POST"},
+		{"GET prune", "GET", "/v1/processes/prune", "", nil, 405, "method_not_allowed", "allowed: POST"},
 		{"unknown route", "GET", "/v2/everything", "", nil, 404, "not_found", ""},
 	}
 
@@ -497,4 +509,22 @@ func TestConcurrentClaimsNeverShareATask(t *testing.T) {
 		seen[r.taskID] = r
 	}
 	require.Len(t, seen, tasks, "every task is claimed exactly once")
+}
+
+// A handler's error text is stored whatever bytes it holds: NUL and invalid
+// UTF-8 are replaced (PostgreSQL text cannot hold them) and it is cut to
+// lease.ErrorMaxBytes, rather than the failure being refused and lost.
+func TestFailKeepsAnyErrorText(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	in := b.register("worker", 30)
+	b.enqueue(`{"task_type":"sleep"}`)
+	held := b.claimTask(in, "sleep")
+	long := strings.Repeat("é", 5000) // 10000 bytes
+	r := b.leaseOp(in, held.TaskID, held.LeaseEpoch, "fail", `,"error":"bad\u0000thing `+"\xff "+long+`"`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	got := b.task(held.TaskID)
+	require.True(t, strings.HasPrefix(*got.LastError, "bad\uFFFDthing \uFFFD é"), *got.LastError)
+	require.LessOrEqual(t, len(*got.LastError), 8192)
+	require.True(t, utf8.ValidString(*got.LastError))
 }

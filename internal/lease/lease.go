@@ -26,6 +26,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/vigil-fleet/vigil/internal/clock"
@@ -50,8 +51,11 @@ const (
 	ReclaimBatch = 1000
 	// PayloadMaxBytes bounds a task payload or result.
 	PayloadMaxBytes = 256 << 10
-	// LeaseTimeoutMaxS is the longest per-task lease window accepted, in seconds.
+	// LeaseTimeoutMinS and LeaseTimeoutMaxS bound a per-task lease window, in seconds.
+	LeaseTimeoutMinS = 1
 	LeaseTimeoutMaxS = 86400
+	// ErrorMaxBytes bounds the error text a fail call stores; longer text is cut.
+	ErrorMaxBytes = 8192
 )
 
 // Config configures a Service; zero fields take the defaults above.
@@ -126,8 +130,8 @@ func (s *Service) Enqueue(ctx context.Context, p EnqueueParams) (*vigiltype.Task
 		return nil, err
 	}
 	if p.LeaseTimeoutS != 0 {
-		if err := liveness.CheckInterval("lease_timeout_s", p.LeaseTimeoutS, LeaseTimeoutMaxS); err != nil {
-			return nil, err
+		if err := liveness.CheckInterval("lease_timeout_s", p.LeaseTimeoutS, LeaseTimeoutMinS, LeaseTimeoutMaxS); err != nil {
+			return nil, vigiltype.Invalid("lease_timeout_s", "must be 0 (the server's window) or between 1 and 86400 seconds")
 		}
 	}
 	if math.IsNaN(p.DelayS) || p.DelayS < 0 || p.DelayS > 365*86400 {
@@ -277,8 +281,10 @@ func (s *Service) Fail(ctx context.Context, l Lease, msg string, retryAfter time
 	if msg == "" {
 		return nil, vigiltype.Invalid("error", "is required: say why the task failed")
 	}
-	if len(msg) > 8192 {
-		msg = msg[:8192]
+	msg = strings.ToValidUTF8(msg, "\uFFFD")
+	msg = strings.ReplaceAll(msg, "\x00", "\uFFFD") // PostgreSQL text cannot hold NUL
+	if len(msg) > ErrorMaxBytes {
+		msg = strings.ToValidUTF8(msg[:ErrorMaxBytes], "")
 	}
 	if retryAfter < 0 {
 		return nil, vigiltype.Invalid("retry_after_s", "must not be negative")

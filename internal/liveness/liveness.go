@@ -29,8 +29,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -40,6 +43,8 @@ import (
 )
 
 const (
+	// LivenessIntervalMinS is the shortest liveness interval accepted, in seconds.
+	LivenessIntervalMinS = 0.01
 	// LivenessIntervalMaxS is the longest liveness interval accepted, in seconds (one day).
 	LivenessIntervalMaxS = 86400
 	// HostnameMaxLen is the longest hostname accepted.
@@ -79,28 +84,45 @@ func (p RegisterParams) Validate() error {
 	if err := vigiltype.CheckName("process_kind", p.ProcessKind); err != nil {
 		return err
 	}
-	if strings.TrimSpace(p.Hostname) == "" {
-		return vigiltype.Invalid("hostname", "is required")
-	}
-	if len(p.Hostname) > HostnameMaxLen {
-		return vigiltype.Invalid("hostname", "must be at most 255 characters")
+	if err := CheckHostname("hostname", p.Hostname); err != nil {
+		return err
 	}
 	if p.PID <= 0 {
 		return vigiltype.Invalid("pid", "must be a positive integer")
 	}
-	return CheckInterval("liveness_interval_s", p.LivenessIntervalS, LivenessIntervalMaxS)
+	return CheckInterval("liveness_interval_s", p.LivenessIntervalS, LivenessIntervalMinS, LivenessIntervalMaxS)
 }
 
-// CheckInterval validates a duration in seconds: finite, > 0 and ≤ maxS.
-func CheckInterval(field string, s, maxS float64) error {
-	if math.IsNaN(s) || math.IsInf(s, 0) || s <= 0 {
-		return vigiltype.Invalid(field, "must be a positive number of seconds")
+// CheckHostname validates a hostname: required, at most HostnameMaxLen
+// bytes of UTF-8 text without control characters (they would corrupt
+// every table and log that prints it).
+func CheckHostname(field, h string) error {
+	if strings.TrimSpace(h) == "" {
+		return vigiltype.Invalid(field, "is required")
 	}
-	if s > maxS {
-		return vigiltype.Invalid(field, fmt.Sprintf("must be at most %g seconds", maxS))
+	if len(h) > HostnameMaxLen {
+		return vigiltype.Invalid(field, "must be at most 255 characters")
+	}
+	if !utf8.ValidString(h) || strings.IndexFunc(h, unicode.IsControl) >= 0 {
+		return vigiltype.Invalid(field, "must be UTF-8 text without control characters")
 	}
 	return nil
 }
+
+// CheckInterval validates a duration in seconds: finite and within
+// [minS, maxS]. The message is written for whole seconds when both bounds
+// are.
+func CheckInterval(field string, s, minS, maxS float64) error {
+	if math.IsNaN(s) || math.IsInf(s, 0) || s <= 0 {
+		return vigiltype.Invalid(field, "must be a positive number of seconds")
+	}
+	if s < minS || s > maxS {
+		return vigiltype.Invalid(field, "must be between "+formatSeconds(minS)+" and "+formatSeconds(maxS)+" seconds")
+	}
+	return nil
+}
+
+func formatSeconds(s float64) string { return strconv.FormatFloat(s, 'f', -1, 64) }
 
 // Registered is a new instance together with the token that authorises its
 // later writes. The token is shown once; the store keeps only its hash.
@@ -187,6 +209,16 @@ type ListParams struct {
 // next page ("" on the last page) (DESIGN L4).
 func (s *Service) List(ctx context.Context, p ListParams) ([]*vigiltype.Process, string, error) {
 	params := store.ProcessListParams{Kind: p.Kind, Host: p.Host, Now: s.clock.Now()}
+	if p.Kind != "" {
+		if err := vigiltype.CheckName("kind", p.Kind); err != nil {
+			return nil, "", err
+		}
+	}
+	if p.Host != "" {
+		if err := CheckHostname("host", p.Host); err != nil {
+			return nil, "", err
+		}
+	}
 	if p.Status != "" {
 		st := vigiltype.ProcessStatus(p.Status)
 		if !st.Valid() {
@@ -219,7 +251,8 @@ func (s *Service) List(ctx context.Context, p ListParams) ([]*vigiltype.Process,
 	return procs, next, nil
 }
 
-// CheckLimit applies the default page size and validates the bound.
+// CheckLimit applies the default page size to 0 (no limit given) and
+// validates the bound.
 func CheckLimit(limit int) (int, error) {
 	switch {
 	case limit == 0:

@@ -41,8 +41,9 @@ type Agent struct {
 	Env map[string]string
 	// Dir is the child's working directory. LoadFleet makes it absolute: a
 	// relative dir is resolved against the fleet file's directory, and an
-	// empty dir means that directory. ParseFleet, which knows no file, leaves
-	// it as written (empty: the supervisor's working directory).
+	// empty dir means that directory; it then checks that the directory
+	// exists. ParseFleet, which knows no file, leaves it as written and
+	// unchecked (empty: the supervisor's working directory).
 	Dir string
 }
 
@@ -50,7 +51,9 @@ type Agent struct {
 var agentNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
 
 // LoadFleet reads and validates the fleet file at path (see ParseFleet for
-// the format) and resolves every agent's Dir against the file's directory.
+// the format), resolves every agent's Dir against the file's directory and
+// checks that each resolved Dir is an existing directory, reporting e.g.
+// `agents[0].dir: /abs/path: no such directory (agent "w")`.
 func LoadFleet(path string) (*Fleet, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -64,6 +67,7 @@ func LoadFleet(path string) (*Fleet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fleet %s: %w", path, err)
 	}
+	var errs []error
 	for i := range fleet.Agents {
 		a := &fleet.Agents[i]
 		switch {
@@ -74,8 +78,36 @@ func LoadFleet(path string) (*Fleet, error) {
 		default:
 			a.Dir = filepath.Clean(a.Dir)
 		}
+		if err := checkDir(a.Dir); err != nil {
+			errs = append(errs, fmt.Errorf("agents[%d].dir: %s: %s (agent %q)", i, a.Dir, err, a.Name))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("fleet %s: %w", path, errors.Join(errs...))
 	}
 	return fleet, nil
+}
+
+// checkDir reports why dir cannot be a working directory, so that a missing
+// one is named at load time rather than surfacing at launch as the command's
+// "fork/exec ...: no such file or directory". The returned error is plain
+// text and deliberately does not wrap os.ErrNotExist: callers take that to
+// mean the fleet file itself is missing.
+func checkDir(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return errors.New("no such directory")
+	case err != nil:
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the caller names the path
+		}
+		return errors.New(err.Error()) // e.g. "permission denied", "not a directory"
+	case !fi.IsDir():
+		return errors.New("not a directory")
+	}
+	return nil
 }
 
 // ParseFleet parses and validates a fleet document:

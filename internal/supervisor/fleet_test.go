@@ -14,6 +14,8 @@ func TestLoadFleet(t *testing.T) {
 	t.Parallel()
 
 	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "sub", "dir"), 0o700))
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "y"), 0o700))
 	path := filepath.Join(dir, "fleet.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(`
 # the examples' fleet
@@ -29,7 +31,7 @@ agents:
     dir: sub/dir
   - name: abs
     command: [sleep, 1]
-    dir: /srv/x/../y
+    dir: `+dir+`/x/../y
 `), 0o600))
 
 	fleet, err := LoadFleet(path)
@@ -42,7 +44,7 @@ agents:
 			Dir:     dir,
 		},
 		{Name: "critic.v2_b", Command: []string{"/usr/bin/env", ""}, Dir: filepath.Join(dir, "sub", "dir")},
-		{Name: "abs", Command: []string{"sleep", "1"}, Dir: "/srv/y"},
+		{Name: "abs", Command: []string{"sleep", "1"}, Dir: filepath.Join(dir, "y")}, // cleaned
 	}}, fleet)
 }
 
@@ -71,9 +73,100 @@ func TestLoadFleetErrors(t *testing.T) {
 	require.EqualError(t, err, fmt.Sprintf(`fleet %s: agents[0].command: must not be empty (agent "a")`, path))
 }
 
+// TestLoadFleetDirMustExist: a dir that is not an existing directory is
+// reported by LoadFleet, naming the field and the resolved path, rather than
+// at launch as the command's "fork/exec ...: no such file or directory".
+func TestLoadFleetDirMustExist(t *testing.T) {
+	t.Parallel()
+
+	dir := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "ok"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "file.txt"), nil, 0o600))
+	require.NoError(t, os.Symlink("ok", filepath.Join(dir, "link-ok")))
+	require.NoError(t, os.Symlink("gone", filepath.Join(dir, "link-dangling")))
+	missingAbs := filepath.Join(dir, "nowhere", "abs")
+
+	tests := []struct {
+		name string
+		yaml string
+		want []string // the error lines after "fleet PATH: "; nil: no error
+	}{
+		{"Relative", "agents: [{name: w, command: [x], dir: ok}]\n", nil},
+		{"SymlinkToDir", "agents: [{name: w, command: [x], dir: link-ok}]\n", nil},
+		{"Empty", "agents: [{name: w, command: [x]}]\n", nil},
+		{
+			"MissingRelative", "agents: [{name: w, command: [sleep, 1], dir: missing}]\n",
+			[]string{`agents[0].dir: ` + filepath.Join(dir, "missing") + `: no such directory (agent "w")`},
+		},
+		{
+			"MissingAbsolute", "agents: [{name: w, command: [x], dir: '" + missingAbs + "/'}]\n",
+			[]string{`agents[0].dir: ` + missingAbs + `: no such directory (agent "w")`},
+		},
+		{
+			"DanglingSymlink", "agents: [{name: w, command: [x], dir: link-dangling}]\n",
+			[]string{`agents[0].dir: ` + filepath.Join(dir, "link-dangling") + `: no such directory (agent "w")`},
+		},
+		{
+			"IsAFile", "agents: [{name: w, command: [x], dir: file.txt}]\n",
+			[]string{`agents[0].dir: ` + filepath.Join(dir, "file.txt") + `: not a directory (agent "w")`},
+		},
+		{
+			"UnderAFile", "agents: [{name: w, command: [x], dir: file.txt/sub}]\n",
+			[]string{`agents[0].dir: ` + filepath.Join(dir, "file.txt", "sub") + `: not a directory (agent "w")`},
+		},
+		{
+			"SeveralReportedTogether",
+			"agents:\n  - {name: a, command: [x], dir: ok}\n  - {name: b, command: [x], dir: m1}\n  - {name: c, command: [x], dir: ../" + filepath.Base(dir) + "/m2}\n",
+			[]string{
+				`agents[1].dir: ` + filepath.Join(dir, "m1") + `: no such directory (agent "b")`,
+				`agents[2].dir: ` + filepath.Join(dir, "m2") + `: no such directory (agent "c")`,
+			},
+		},
+		{
+			// Parse errors come first; dirs are checked only in a valid fleet.
+			"ParseErrorFirst", "agents: [{name: w, command: [], dir: missing}]\n",
+			[]string{`agents[0].command: must not be empty (agent "w")`},
+		},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(dir, fmt.Sprintf("fleet-%d.yaml", i))
+			require.NoError(t, os.WriteFile(path, []byte(tt.yaml), 0o600))
+			fleet, err := LoadFleet(path)
+			if tt.want == nil {
+				require.NoError(t, err)
+				return
+			}
+			require.Nil(t, fleet)
+			require.EqualError(t, err, "fleet "+path+": "+strings.Join(tt.want, "\n"))
+			// `vigil up` takes ErrNotExist to mean the fleet file is missing.
+			require.NotErrorIs(t, err, os.ErrNotExist)
+		})
+	}
+}
+
+func TestLoadFleetDirPermissionDenied(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() == 0 {
+		t.Skip("root is not denied")
+	}
+	dir := t.TempDir()
+	locked := filepath.Join(dir, "locked")
+	require.NoError(t, os.MkdirAll(filepath.Join(locked, "in"), 0o700))
+	require.NoError(t, os.Chmod(locked, 0))
+	t.Cleanup(func() { _ = os.Chmod(locked, 0o700) })
+	path := filepath.Join(dir, "fleet.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("agents: [{name: w, command: [x], dir: locked/in}]\n"), 0o600))
+
+	_, err := LoadFleet(path)
+	require.EqualError(t, err, fmt.Sprintf(`fleet %s: agents[0].dir: %s: permission denied (agent "w")`, path, filepath.Join(locked, "in")))
+}
+
 func TestParseFleetKeepsDirAsWritten(t *testing.T) {
 	t.Parallel()
 
+	// rel does not exist: ParseFleet, which knows no file, does not check it.
 	fleet, err := ParseFleet([]byte("agents:\n  - {name: a, command: [x], dir: rel}\n  - {name: b, command: [y]}\n"))
 	require.NoError(t, err)
 	require.Equal(t, "rel", fleet.Agents[0].Dir)

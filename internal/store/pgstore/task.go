@@ -176,8 +176,8 @@ func (s *Store) TaskClaim(ctx context.Context, p store.TaskClaimParams) (*vigilt
 		case exitedAt != nil:
 			return vigiltype.ErrInstanceExited
 		case aliveUntil.Before(now):
-			return fmt.Errorf("stopped (alive window ended %s): %w",
-				aliveUntil.UTC().Format(timeLayout), vigiltype.ErrInstanceExited)
+			return fmt.Errorf("alive window ended %s: %w",
+				aliveUntil.UTC().Format(timeLayout), vigiltype.ErrInstanceStopped)
 		}
 
 		task, err = scanTask(tx.QueryRow(ctx, `

@@ -184,7 +184,7 @@ func (s *Store) TaskClaim(ctx context.Context, p store.TaskClaimParams) (*vigilt
 		case exitedAt.Valid:
 			return vigiltype.ErrInstanceExited
 		case aliveUntil < now:
-			return fmt.Errorf("stopped (alive window ended %s): %w", aliveUntil, vigiltype.ErrInstanceExited)
+			return fmt.Errorf("alive window ended %s: %w", aliveUntil, vigiltype.ErrInstanceStopped)
 		}
 
 		task, err = scanTask(tx.QueryRowContext(ctx, `

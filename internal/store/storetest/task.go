@@ -192,7 +192,7 @@ func exerciseTask(ctx context.Context, t *testing.T, newStore func(t *testing.T)
 
 		// Interval 1s: alive through t0+3s, stopped after.
 		b.register(t, store.ProcessRegisterParams{InstanceID: "silent", LivenessIntervalS: 1})
-		require.ErrorIs(t, claim("silent", at(3*time.Second+time.Millisecond)), vigiltype.ErrInstanceExited)
+		require.ErrorIs(t, claim("silent", at(3*time.Second+time.Millisecond)), vigiltype.ErrInstanceStopped)
 
 		// Nothing was half-claimed.
 		requireTaskEqual(t, task, b.getTask(t, task.TaskID))
