@@ -40,6 +40,10 @@ type EnqueueParams struct {
 	LeaseTimeout time.Duration
 	// Delay: the task is claimable this long after enqueue. Sent in seconds.
 	Delay time.Duration
+	// ActivityGated marks work whose holder sends v2 (activity) heartbeats:
+	// without LeaseTimeout its lease window is 30 min instead of the
+	// server's (DESIGN T4).
+	ActivityGated bool
 }
 
 // Enqueue adds a scheduled task to the outbox. Errors: ErrInvalid.
@@ -59,6 +63,9 @@ func (c *Client) Enqueue(ctx context.Context, p EnqueueParams) (*vigiltype.Task,
 	}
 	if p.Delay != 0 {
 		body["delay_s"] = p.Delay.Seconds()
+	}
+	if p.ActivityGated {
+		body["activity_gated"] = true
 	}
 	var out vigiltype.Task
 	if _, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/tasks", body: body}, &out); err != nil {

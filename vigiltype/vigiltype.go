@@ -104,19 +104,26 @@ type Task struct {
 	MaxReclaims int             `json:"max_reclaims"`
 	// LeaseTimeoutS is this task's own lease window in seconds; 0 means the
 	// server's --lease-timeout applies.
-	LeaseTimeoutS   float64         `json:"lease_timeout_s"`
-	LeaseOwner      *string         `json:"lease_owner"`
-	LeaseEpoch      int64           `json:"lease_epoch"`
-	LeaseExpiresAt  *time.Time      `json:"lease_expires_at"`
-	LastHeartbeatAt *time.Time      `json:"last_heartbeat_at"`
-	StartedAt       *time.Time      `json:"started_at"`
-	RunAfter        time.Time       `json:"run_after"`
-	CreatedAt       time.Time       `json:"created_at"`
-	UpdatedAt       time.Time       `json:"updated_at"`
-	CompletedAt     *time.Time      `json:"completed_at"`
-	Result          json.RawMessage `json:"result"`
-	CompletedBy     *string         `json:"completed_by"`
-	LastError       *string         `json:"last_error"`
+	LeaseTimeoutS   float64    `json:"lease_timeout_s"`
+	LeaseOwner      *string    `json:"lease_owner"`
+	LeaseEpoch      int64      `json:"lease_epoch"`
+	LeaseExpiresAt  *time.Time `json:"lease_expires_at"`
+	LastHeartbeatAt *time.Time `json:"last_heartbeat_at"`
+	// LastActivityAt is the last evidence of progress: the claim, then the
+	// latest activity_at of a v2 heartbeat (DESIGN T4). Kept apart from
+	// LastHeartbeatAt.
+	LastActivityAt *time.Time `json:"last_activity_at"`
+	// HeartbeatSchemaVersion is the schema version of the last lease
+	// heartbeat (1 or 2), 0 before the first.
+	HeartbeatSchemaVersion int             `json:"heartbeat_schema_version"`
+	StartedAt              *time.Time      `json:"started_at"`
+	RunAfter               time.Time       `json:"run_after"`
+	CreatedAt              time.Time       `json:"created_at"`
+	UpdatedAt              time.Time       `json:"updated_at"`
+	CompletedAt            *time.Time      `json:"completed_at"`
+	Result                 json.RawMessage `json:"result"`
+	CompletedBy            *string         `json:"completed_by"`
+	LastError              *string         `json:"last_error"`
 }
 
 // Sweeper is the status of one background loop inside the server, in the
@@ -129,6 +136,16 @@ type Sweeper struct {
 	LastResultCount   int        `json:"last_result_count"`
 	LastRunDurationMS float64    `json:"last_run_duration_ms"`
 	LastError         *string    `json:"last_error"`
+}
+
+// HeartbeatVersion is what one host sent of one heartbeat schema version
+// (DESIGN T4 adoption view).
+type HeartbeatVersion struct {
+	Hostname      string    `json:"hostname"`
+	SchemaVersion int       `json:"schema_version"`
+	LastSentAt    time.Time `json:"last_sent_at"`
+	// Heartbeats counts every lease heartbeat of this version from this host.
+	Heartbeats int64 `json:"heartbeats"`
 }
 
 // SweeperKind is the kind every Sweeper reports.
@@ -151,6 +168,9 @@ var (
 	// shows stopped, so it may not claim work until a heartbeat brings it
 	// back. HTTP 409.
 	ErrInstanceStopped = errors.New("instance is stopped: send a liveness heartbeat first")
+	// ErrNotClaimable: a claim by task id named a task that is not waiting
+	// to be claimed (running, finished, or its run_after is later). HTTP 409.
+	ErrNotClaimable = errors.New("task is not claimable")
 	// ErrInvalid: the request broke a validation rule; the wrapping error
 	// names the field. HTTP 400.
 	ErrInvalid = errors.New("invalid input")

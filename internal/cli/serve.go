@@ -24,6 +24,7 @@ type serverFlags struct {
 	addr          string
 	tokenFile     string
 	leaseTimeout  time.Duration
+	leaseExpiry   string
 	sweepInterval time.Duration
 	logLevel      string
 	logFormat     string
@@ -38,6 +39,8 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 		"file holding a bearer token (16+ chars) required on every endpoint but /healthz (env VIGIL_TOKEN_FILE)")
 	fs.DurationVar(&f.leaseTimeout, "lease-timeout", lease.LeaseTimeoutDefault,
 		"reclaim a task lease after this long without a lease heartbeat (DESIGN T3)")
+	fs.StringVar(&f.leaseExpiry, "lease-expiry", string(lease.ExpiryMax),
+		"what a lease's expiry counts from: max (MAX(activity, heartbeat); the transition default) or activity (v2 leases on activity alone; DESIGN T4)")
 	fs.DurationVar(&f.sweepInterval, "sweep-interval", daemon.SweepIntervalDefault,
 		"how often the lease reclaimer runs; a stopped holder loses its task within this")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -53,12 +56,16 @@ func (f *serverFlags) config(cmd *cobra.Command) (daemon.Config, *slog.Logger, e
 	if f.leaseTimeout <= 0 {
 		return daemon.Config{}, nil, fmt.Errorf("--lease-timeout must be positive, got %s", f.leaseTimeout)
 	}
+	if !lease.ExpiryPolicy(f.leaseExpiry).Valid() {
+		return daemon.Config{}, nil, fmt.Errorf("--lease-expiry %q: must be max or activity", f.leaseExpiry)
+	}
 	if f.sweepInterval < sweepIntervalMin {
 		return daemon.Config{}, nil, fmt.Errorf("--sweep-interval must be at least %s, got %s", sweepIntervalMin, f.sweepInterval)
 	}
 	return daemon.Config{
 		DB: f.db, Addr: f.addr, TokenFile: f.tokenFile,
-		LeaseTimeout: f.leaseTimeout, SweepInterval: f.sweepInterval, Logger: logger,
+		LeaseTimeout: f.leaseTimeout, LeaseExpiry: lease.ExpiryPolicy(f.leaseExpiry),
+		SweepInterval: f.sweepInterval, Logger: logger,
 	}, logger, nil
 }
 

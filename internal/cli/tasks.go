@@ -97,6 +97,7 @@ fails or releases it. Prints the new task's id, or the whole task with --json.`,
 	fs.IntVar(&maxReclaims, "max-reclaims", 3, "reclaims from dead holders before dead_letter")
 	fs.DurationVar(&p.LeaseTimeout, "lease-timeout", 0, "this task's lease window (default: the server's --lease-timeout)")
 	fs.DurationVar(&p.Delay, "delay", 0, "make the task claimable only after this long")
+	fs.BoolVar(&p.ActivityGated, "activity-gated", false, "work whose holder reports activity (v2 heartbeats): lease window 30m unless --lease-timeout")
 	return cmd
 }
 

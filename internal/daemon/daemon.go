@@ -38,14 +38,15 @@ const (
 // Config configures a Daemon. Zero fields take the defaults above and those
 // of package lease.
 type Config struct {
-	DB            string        // SQLite file path, or postgres:// URL (VIGIL_DB)
-	Addr          string        // HOST:PORT; port 0 picks a free one
-	TokenFile     string        // file holding the bearer token; empty = no auth (loopback only)
-	LeaseTimeout  time.Duration // lease window without heartbeat (lease.LeaseTimeoutDefault)
-	SweepInterval time.Duration // lease reclaimer period (SweepIntervalDefault)
-	ShutdownGrace time.Duration // in-flight requests' time to finish at stop (ShutdownGraceDefault)
-	Clock         clock.Clock   // the local clock; clock.Real when nil (followed to the database's on PostgreSQL)
-	Logger        *slog.Logger  // slog.Default() when nil
+	DB            string             // SQLite file path, or postgres:// URL (VIGIL_DB)
+	Addr          string             // HOST:PORT; port 0 picks a free one
+	TokenFile     string             // file holding the bearer token; empty = no auth (loopback only)
+	LeaseTimeout  time.Duration      // lease window without heartbeat (lease.LeaseTimeoutDefault)
+	LeaseExpiry   lease.ExpiryPolicy // what expiry counts from (lease.ExpiryMax when empty; DESIGN T4)
+	SweepInterval time.Duration      // lease reclaimer period (SweepIntervalDefault)
+	ShutdownGrace time.Duration      // in-flight requests' time to finish at stop (ShutdownGraceDefault)
+	Clock         clock.Clock        // the local clock; clock.Real when nil (followed to the database's on PostgreSQL)
+	Logger        *slog.Logger       // slog.Default() when nil
 }
 
 // Daemon is a running vigil server.
@@ -104,7 +105,10 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		cfg.Clock = d.synced
 	}
 	d.Liveness = liveness.New(st, cfg.Clock)
-	d.Lease, err = lease.New(lease.Config{Store: st, Liveness: d.Liveness, Clock: cfg.Clock, LeaseTimeout: cfg.LeaseTimeout})
+	d.Lease, err = lease.New(lease.Config{
+		Store: st, Liveness: d.Liveness, Clock: cfg.Clock,
+		LeaseTimeout: cfg.LeaseTimeout, ExpiryPolicy: cfg.LeaseExpiry,
+	})
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -157,7 +161,8 @@ func (d *Daemon) Start(ctx context.Context) {
 		s.Start(ctx)
 	}
 	d.cfg.Logger.Info("vigil serving", "url", d.URL(), "db", redactDSN(d.cfg.DB),
-		"lease_timeout", d.Lease.LeaseTimeout(), "sweep_interval", d.cfg.SweepInterval)
+		"lease_timeout", d.Lease.LeaseTimeout(), "lease_expiry", d.Lease.ExpiryPolicy(),
+		"sweep_interval", d.cfg.SweepInterval)
 }
 
 // Stop stops the sweepers, lets in-flight requests finish (ShutdownGrace),

@@ -68,6 +68,7 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("POST /v1/tasks/{id}/{op}", a.taskLeaseOp)
 
 	mux.HandleFunc("GET /v1/sweepers", a.sweepers)
+	mux.HandleFunc("GET /v1/heartbeat-versions", a.heartbeatVersions)
 	// Literal segments that GET /v1/…/{id} would otherwise take for an id.
 	mux.HandleFunc("GET /v1/tasks/claim", onlyPost)
 	mux.HandleFunc("GET /v1/processes/prune", onlyPost)
@@ -270,6 +271,7 @@ func (a *api) taskClaim(w http.ResponseWriter, r *http.Request) {
 	var p struct {
 		InstanceID string   `json:"instance_id"`
 		TaskTypes  []string `json:"task_types"`
+		TaskID     *int64   `json:"task_id"`
 	}
 	if !a.decode(w, r, &p) {
 		return
@@ -278,11 +280,23 @@ func (a *api) taskClaim(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, vigiltype.Invalid("instance_id", "is required"))
 		return
 	}
+	if p.TaskID != nil && len(p.TaskTypes) > 0 {
+		a.fail(w, r, vigiltype.Invalid("task_id", "give either task_types or task_id, not both"))
+		return
+	}
 	token, ok := instanceToken(w, r)
 	if !ok {
 		return
 	}
-	t, err := a.Lease.Claim(r.Context(), p.InstanceID, token, p.TaskTypes)
+	var (
+		t   *vigiltype.Task
+		err error
+	)
+	if p.TaskID != nil {
+		t, err = a.Lease.ClaimByID(r.Context(), p.InstanceID, token, *p.TaskID)
+	} else {
+		t, err = a.Lease.Claim(r.Context(), p.InstanceID, token, p.TaskTypes)
+	}
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -296,11 +310,13 @@ func (a *api) taskClaim(w http.ResponseWriter, r *http.Request) {
 
 // leaseRequest is the body of every call on a claimed task.
 type leaseRequest struct {
-	InstanceID  string          `json:"instance_id"`
-	LeaseEpoch  int64           `json:"lease_epoch"`
-	Result      json.RawMessage `json:"result"`        // complete
-	Error       string          `json:"error"`         // fail
-	RetryAfterS float64         `json:"retry_after_s"` // fail
+	InstanceID    string          `json:"instance_id"`
+	LeaseEpoch    int64           `json:"lease_epoch"`
+	SchemaVersion int             `json:"schema_version"` // heartbeat
+	ActivityAt    *time.Time      `json:"activity_at"`    // heartbeat, v2
+	Result        json.RawMessage `json:"result"`         // complete
+	Error         string          `json:"error"`          // fail
+	RetryAfterS   float64         `json:"retry_after_s"`  // fail
 }
 
 func (a *api) taskLeaseOp(w http.ResponseWriter, r *http.Request) {
@@ -326,6 +342,10 @@ func (a *api) taskLeaseOp(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, vigiltype.Invalid("error", "error and retry_after_s are only accepted by fail"))
 		return
 	}
+	if op != "heartbeat" && (p.SchemaVersion != 0 || p.ActivityAt != nil) {
+		a.fail(w, r, vigiltype.Invalid("schema_version", "schema_version and activity_at are only accepted by heartbeat"))
+		return
+	}
 	token, ok := instanceToken(w, r)
 	if !ok {
 		return
@@ -337,7 +357,7 @@ func (a *api) taskLeaseOp(w http.ResponseWriter, r *http.Request) {
 	)
 	switch op {
 	case "heartbeat":
-		t, err = a.Lease.Heartbeat(r.Context(), l)
+		t, err = a.Lease.Heartbeat(r.Context(), l, lease.Beat{SchemaVersion: p.SchemaVersion, ActivityAt: p.ActivityAt})
 	case "complete":
 		t, err = a.Lease.Complete(r.Context(), l, p.Result)
 	case "fail":
@@ -350,6 +370,27 @@ func (a *api) taskLeaseOp(w http.ResponseWriter, r *http.Request) {
 		t, err = a.Lease.Release(r.Context(), l)
 	}
 	a.respond(w, r, t, err)
+}
+
+func (a *api) heartbeatVersions(w http.ResponseWriter, r *http.Request) {
+	window := lease.HeartbeatVersionsWindowDefault
+	if s := r.URL.Query().Get("window_s"); s != "" {
+		secs, err := strconv.ParseFloat(s, 64)
+		if err != nil || secs <= 0 || secs > 366*86400 || secs != secs {
+			a.fail(w, r, vigiltype.Invalid("window_s", "must be a number of seconds between 0 and 31622400"))
+			return
+		}
+		window = time.Duration(secs * float64(time.Second))
+	}
+	list, err := a.Lease.HeartbeatVersions(r.Context(), window)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if list == nil {
+		list = []*vigiltype.HeartbeatVersion{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"window_s": window.Seconds(), "hosts": list})
 }
 
 func (a *api) sweepers(w http.ResponseWriter, r *http.Request) {
@@ -449,6 +490,8 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status, code = http.StatusConflict, "instance_exited"
 	case errors.Is(err, vigiltype.ErrInstanceStopped):
 		status, code = http.StatusConflict, "instance_stopped"
+	case errors.Is(err, vigiltype.ErrNotClaimable):
+		status, code = http.StatusConflict, "not_claimable"
 	case errors.Is(err, vigiltype.ErrInvalidToken):
 		status, code = http.StatusForbidden, "invalid_token"
 	case errors.Is(err, vigiltype.ErrUnauthorized):

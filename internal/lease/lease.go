@@ -35,8 +35,32 @@ import (
 	"github.com/vigil-fleet/vigil/vigiltype"
 )
 
+// ExpiryPolicy decides what a lease's expiry is measured from (DESIGN T4).
+type ExpiryPolicy string
+
+const (
+	// ExpiryMax (the default, for the transition): a lease expires its
+	// window after MAX(last_activity_at, last_heartbeat_at), so any
+	// heartbeat keeps it.
+	ExpiryMax ExpiryPolicy = "max"
+	// ExpiryActivity: a v2 lease expires its window after last_activity_at
+	// alone, so heartbeats without progress do not keep it; v1 leases keep
+	// the heartbeat fallback until every host sends v2.
+	ExpiryActivity ExpiryPolicy = "activity"
+)
+
+// Valid reports whether p is a known policy.
+func (p ExpiryPolicy) Valid() bool { return p == ExpiryMax || p == ExpiryActivity }
+
 // Defaults, each overridable in Config.
 const (
+	// ActivityGatedLeaseTimeoutDefault is the lease window of a task
+	// enqueued activity_gated without its own (DESIGN T4, seed 002: 30 min).
+	ActivityGatedLeaseTimeoutDefault = 30 * time.Minute
+	// ActivityClockTolerance is how far in the future an activity_at may
+	// be (the holder's clock, e.g. a file mtime) before it is refused; a
+	// value within it counts as now.
+	ActivityClockTolerance = 5 * time.Second
 	// LeaseTimeoutDefault is the reclaim window of a lease with no heartbeat (DESIGN T3, seed 000: 5 min).
 	LeaseTimeoutDefault = 5 * time.Minute
 	// MaxAttemptsDefault is the number of handler failures before dead_letter.
@@ -66,6 +90,8 @@ type Config struct {
 	LeaseTimeout     time.Duration
 	RetryBackoffBase time.Duration
 	RetryBackoffMax  time.Duration
+	// ExpiryPolicy is ExpiryMax when empty (DESIGN T4).
+	ExpiryPolicy ExpiryPolicy
 }
 
 // Service is the task outbox.
@@ -96,11 +122,20 @@ func New(cfg Config) (*Service, error) {
 	if cfg.RetryBackoffMax == 0 {
 		cfg.RetryBackoffMax = RetryBackoffMaxDefault
 	}
+	if cfg.ExpiryPolicy == "" {
+		cfg.ExpiryPolicy = ExpiryMax
+	}
+	if !cfg.ExpiryPolicy.Valid() {
+		return nil, fmt.Errorf("lease expiry policy %q: must be max or activity", cfg.ExpiryPolicy)
+	}
 	return &Service{store: cfg.Store, liveness: cfg.Liveness, clock: cfg.Clock, cfg: cfg}, nil
 }
 
 // LeaseTimeout is the server-wide lease window.
 func (s *Service) LeaseTimeout() time.Duration { return s.cfg.LeaseTimeout }
+
+// ExpiryPolicy is the server-wide lease expiry policy.
+func (s *Service) ExpiryPolicy() ExpiryPolicy { return s.cfg.ExpiryPolicy }
 
 // EnqueueParams is a new task. Pointer fields are optional.
 type EnqueueParams struct {
@@ -110,6 +145,10 @@ type EnqueueParams struct {
 	MaxReclaims   *int            `json:"max_reclaims"`    // default MaxReclaimsDefault; 0–1000
 	LeaseTimeoutS float64         `json:"lease_timeout_s"` // seconds; 0 = the server's window
 	DelayS        float64         `json:"delay_s"`         // seconds before the task is claimable
+	// ActivityGated marks work whose holder reports activity (v2
+	// heartbeats): without LeaseTimeoutS its window is
+	// ActivityGatedLeaseTimeoutDefault instead of the server's.
+	ActivityGated bool `json:"activity_gated"`
 }
 
 // Enqueue validates p and inserts a scheduled task.
@@ -137,13 +176,17 @@ func (s *Service) Enqueue(ctx context.Context, p EnqueueParams) (*vigiltype.Task
 	if math.IsNaN(p.DelayS) || p.DelayS < 0 || p.DelayS > 365*86400 {
 		return nil, vigiltype.Invalid("delay_s", "must be between 0 and 31536000 seconds")
 	}
+	leaseTimeout := seconds(p.LeaseTimeoutS)
+	if leaseTimeout == 0 && p.ActivityGated {
+		leaseTimeout = ActivityGatedLeaseTimeoutDefault
+	}
 	now := s.clock.Now()
 	t, err := s.store.TaskEnqueue(ctx, store.TaskEnqueueParams{
 		TaskType:     p.TaskType,
 		Payload:      payload,
 		MaxAttempts:  maxAttempts,
 		MaxReclaims:  maxReclaims,
-		LeaseTimeout: seconds(p.LeaseTimeoutS),
+		LeaseTimeout: leaseTimeout,
 		RunAfter:     now.Add(seconds(p.DelayS)),
 		Now:          now,
 	})
@@ -229,6 +272,24 @@ func (s *Service) Claim(ctx context.Context, instanceID, token string, types []s
 	return t, nil
 }
 
+// ClaimByID authenticates the instance and claims one specific task if it
+// is waiting to be claimed. Errors: ErrNotFound, ErrNotClaimable.
+func (s *Service) ClaimByID(ctx context.Context, instanceID, token string, taskID int64) (*vigiltype.Task, error) {
+	if taskID <= 0 {
+		return nil, vigiltype.Invalid("task_id", "must be a positive integer")
+	}
+	if err := s.liveness.Authenticate(ctx, instanceID, token); err != nil {
+		return nil, fmt.Errorf("instance %s: %w", instanceID, err)
+	}
+	t, err := s.store.TaskClaim(ctx, store.TaskClaimParams{
+		InstanceID: instanceID, TaskID: taskID, LeaseTimeout: s.cfg.LeaseTimeout, Now: s.clock.Now(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim task %d for instance %s: %w", taskID, instanceID, err)
+	}
+	return t, nil
+}
+
 // Lease is what every call on a claimed task carries.
 type Lease struct {
 	TaskID     int64
@@ -250,16 +311,85 @@ func (s *Service) authenticate(ctx context.Context, l Lease) (store.TaskLease, e
 	return store.TaskLease{TaskID: l.TaskID, Epoch: l.Epoch, InstanceID: l.InstanceID}, nil
 }
 
-// Heartbeat renews a held lease (DESIGN T3). Errors: ErrStaleEpoch when the
-// lease is no longer held at that epoch, ErrNotFound, ErrInvalidToken.
-func (s *Service) Heartbeat(ctx context.Context, l Lease) (*vigiltype.Task, error) {
+// Beat is the body of a lease heartbeat (DESIGN T4).
+type Beat struct {
+	// SchemaVersion is 1 (heartbeat only; the default when 0) or 2.
+	SchemaVersion int
+	// ActivityAt is required with version 2: the holder's last evidence
+	// of progress. It may not be in the future (beyond
+	// ActivityClockTolerance) nor before the claim.
+	ActivityAt *time.Time
+}
+
+// Heartbeat renews a held lease (DESIGN T3, T4). Under the activity policy a
+// v2 heartbeat's expiry counts from its activity_at, so heartbeats without
+// progress let the lease lapse. Errors: ErrStaleEpoch when the lease is no
+// longer held at that epoch, ErrNotFound, ErrInvalidToken, ErrInvalid.
+func (s *Service) Heartbeat(ctx context.Context, l Lease, b Beat) (*vigiltype.Task, error) {
+	version := b.SchemaVersion
+	if version == 0 {
+		version = 1
+	}
+	now := s.clock.Now()
+	switch {
+	case version != 1 && version != 2:
+		return nil, vigiltype.Invalid("schema_version", "must be 1 or 2")
+	case version == 1 && b.ActivityAt != nil:
+		return nil, vigiltype.Invalid("activity_at", "is only accepted with schema_version 2")
+	case version == 2 && b.ActivityAt == nil:
+		return nil, vigiltype.Invalid("activity_at", "is required with schema_version 2")
+	}
+	var activityAt *time.Time
+	if b.ActivityAt != nil {
+		at := b.ActivityAt.UTC()
+		if at.After(now.Add(ActivityClockTolerance)) {
+			return nil, vigiltype.Invalid("activity_at", "must not be in the future (server time "+now.Format(time.RFC3339)+")")
+		}
+		if at.After(now) {
+			at = now // within the tolerance: the holder's clock runs a little ahead
+		}
+		activityAt = &at
+	}
 	tl, err := s.authenticate(ctx, l)
 	if err != nil {
 		return nil, err
 	}
+	if activityAt != nil {
+		// started_at only changes with a claim, which also changes the
+		// epoch, so the guarded write below refuses a stale read.
+		t, err := s.store.TaskGet(ctx, l.TaskID)
+		if err != nil {
+			return nil, fmt.Errorf("task %d: %w", l.TaskID, err)
+		}
+		if t.StartedAt != nil && activityAt.Before(t.StartedAt.Truncate(time.Millisecond)) && t.LeaseEpoch == l.Epoch {
+			return nil, vigiltype.Invalid("activity_at", "must not be before the claim ("+t.StartedAt.Format(time.RFC3339Nano)+")")
+		}
+	}
 	return s.store.TaskHeartbeat(ctx, store.TaskHeartbeatParams{
-		TaskLease: tl, LeaseTimeout: s.cfg.LeaseTimeout, Now: s.clock.Now(),
+		TaskLease:        tl,
+		LeaseTimeout:     s.cfg.LeaseTimeout,
+		SchemaVersion:    version,
+		ActivityAt:       activityAt,
+		ExpireOnActivity: version == 2 && s.cfg.ExpiryPolicy == ExpiryActivity,
+		Now:              now,
 	})
+}
+
+// HeartbeatVersionsWindowDefault is the adoption view's window when none is given.
+const HeartbeatVersionsWindowDefault = time.Hour
+
+// HeartbeatVersions lists, per host and schema version, the lease
+// heartbeats last sent within window (DESIGN T4: before the activity
+// policy drops the v1 fallback, every host should show version 2 only).
+func (s *Service) HeartbeatVersions(ctx context.Context, window time.Duration) ([]*vigiltype.HeartbeatVersion, error) {
+	if window <= 0 {
+		return nil, vigiltype.Invalid("window_s", "must be a positive number of seconds")
+	}
+	list, err := s.store.HeartbeatVersionList(ctx, s.clock.Now().Add(-window))
+	if err != nil {
+		return nil, fmt.Errorf("list heartbeat versions: %w", err)
+	}
+	return list, nil
 }
 
 // Complete finishes a held task with result (JSON; empty means null).

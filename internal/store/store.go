@@ -58,15 +58,25 @@ type Store interface {
 	// strictly below BeforeID when it is non-zero.
 	TaskList(ctx context.Context, p TaskListParams) ([]*vigiltype.Task, error)
 	// TaskClaim atomically takes the oldest claimable task (status scheduled,
-	// run_after <= Now, type in Types) for InstanceID: status running,
+	// run_after <= Now, type in Types) — or, when TaskID is set, that task if
+	// it is claimable (ErrNotFound when it does not exist, ErrNotClaimable
+	// when it is not scheduled or its run_after is later) — for InstanceID:
+	// status running, last_activity_at = Now,
 	// lease_epoch + 1, lease_owner, started_at, last_heartbeat_at = Now,
 	// lease_expires_at = Now + the task's window (or LeaseTimeout), and sets
 	// the instance's current_task_id/type (DESIGN L6). It returns nil, nil
 	// when nothing is claimable.
 	TaskClaim(ctx context.Context, p TaskClaimParams) (*vigiltype.Task, error)
-	// TaskHeartbeat renews a held lease (DESIGN T3). ErrStaleEpoch when the
-	// lease is not held at that epoch by that instance; ErrNotFound when
-	// there is no such task.
+	// TaskHeartbeat renews a held lease (DESIGN T3, T4): last_heartbeat_at
+	// = Now, heartbeat_schema_version = SchemaVersion, last_activity_at =
+	// the later of its value and ActivityAt (v2), and lease_expires_at =
+	// base + the task's window (or LeaseTimeout), where base is the new
+	// last_activity_at when ExpireOnActivity (so a late, older ActivityAt
+	// cannot shorten the lease), else Now. In the same transaction it counts the
+	// heartbeat in heartbeat_versions under the holder's hostname and
+	// SchemaVersion (last_sent_at = Now). ErrStaleEpoch when the lease is not
+	// held at that epoch by that instance; ErrNotFound when there is no such
+	// task.
 	TaskHeartbeat(ctx context.Context, p TaskHeartbeatParams) (*vigiltype.Task, error)
 	// TaskComplete finishes a held task with its result; completed_by is
 	// the lease owner. Same errors as TaskHeartbeat.
@@ -85,6 +95,12 @@ type Store interface {
 	// reclaims passes max_reclaims. The write repeats the predicate. It
 	// returns the tasks as written, at most Limit.
 	TaskReclaim(ctx context.Context, p TaskReclaimParams) ([]*vigiltype.Task, error)
+
+	// HeartbeatVersionList returns, per hostname and schema version, the
+	// lease heartbeats counted in heartbeat_versions whose last_sent_at is at
+	// or after Since, ordered by hostname then schema version (DESIGN T4: the
+	// "all hosts emit v2" check).
+	HeartbeatVersionList(ctx context.Context, since time.Time) ([]*vigiltype.HeartbeatVersion, error)
 
 	// SweeperRecord upserts one sweeper's status by name.
 	SweeperRecord(ctx context.Context, s *vigiltype.Sweeper) error
@@ -168,7 +184,8 @@ type TaskListParams struct {
 // the window used when the task has none of its own.
 type TaskClaimParams struct {
 	InstanceID   string
-	Types        []string
+	Types        []string // claim the oldest of these types; or
+	TaskID       int64    // claim this task (Types is then ignored)
 	LeaseTimeout time.Duration
 	Now          time.Time
 }
@@ -184,7 +201,15 @@ type TaskLease struct {
 type TaskHeartbeatParams struct {
 	TaskLease
 	LeaseTimeout time.Duration
-	Now          time.Time
+	// SchemaVersion is 1 (heartbeat only) or 2 (with ActivityAt).
+	SchemaVersion int
+	// ActivityAt is the holder's last evidence of progress (v2 only), at or
+	// before Now and at or after the claim; nil for v1.
+	ActivityAt *time.Time
+	// ExpireOnActivity makes the lease expire ActivityAt + window rather
+	// than Now + window (the `activity` expiry policy on a v2 heartbeat).
+	ExpireOnActivity bool
+	Now              time.Time
 }
 
 // TaskCompleteParams finishes a task. Result is stored as given (JSON).

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vigil-fleet/vigil/internal/clock"
 	"github.com/vigil-fleet/vigil/internal/daemon"
+	"github.com/vigil-fleet/vigil/internal/lease"
 )
 
 // Server is a running test server.
@@ -27,6 +28,11 @@ type Option func(*daemon.Config)
 // WithLeaseTimeout sets the server-wide lease window.
 func WithLeaseTimeout(d time.Duration) Option {
 	return func(c *daemon.Config) { c.LeaseTimeout = d }
+}
+
+// WithLeaseExpiry sets the lease expiry policy (DESIGN T4).
+func WithLeaseExpiry(p lease.ExpiryPolicy) Option {
+	return func(c *daemon.Config) { c.LeaseExpiry = p }
 }
 
 // WithSweepInterval sets how often the lease reclaimer runs.

@@ -5,7 +5,8 @@
 // Several servers may use one database at once, so nothing here relies on
 // being the only writer:
 //   - TaskClaim picks its task with FOR UPDATE SKIP LOCKED: concurrent
-//     claimers take different tasks instead of queueing on one row.
+//     claimers take different tasks instead of queueing on one row; a claim
+//     of one task by id that another transaction holds is refused at once.
 //   - TaskReclaim is one statement whose selection is FOR UPDATE SKIP LOCKED
 //     and whose UPDATE repeats the reclaim predicate, so two servers
 //     sweeping at once reclaim each expired lease exactly once, and a task

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -439,7 +441,9 @@ func TestReclaimRacingLeaseCalls(t *testing.T) {
 		case 1:
 			_, err = holderSide.TaskRelease(t.Context(), store.TaskReleaseParams{TaskLease: lease, Now: now})
 		case 2:
-			_, err = holderSide.TaskHeartbeat(t.Context(), store.TaskHeartbeatParams{TaskLease: lease, LeaseTimeout: time.Hour, Now: now})
+			_, err = holderSide.TaskHeartbeat(t.Context(), store.TaskHeartbeatParams{
+				TaskLease: lease, LeaseTimeout: time.Hour, SchemaVersion: 1, Now: now,
+			})
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -502,7 +506,9 @@ func TestStoresTrustTheirCallersClock(t *testing.T) {
 	require.NoError(t, err)
 	renewed := t0.Add(time.Minute)
 	lease := store.TaskLease{TaskID: task.TaskID, Epoch: task.LeaseEpoch, InstanceID: "w"}
-	_, err = behind.TaskHeartbeat(ctx, store.TaskHeartbeatParams{TaskLease: lease, LeaseTimeout: 5 * time.Minute, Now: renewed})
+	_, err = behind.TaskHeartbeat(ctx, store.TaskHeartbeatParams{
+		TaskLease: lease, LeaseTimeout: 5 * time.Minute, SchemaVersion: 1, Now: renewed,
+	})
 	require.NoError(t, err)
 
 	// By the lagging server's clock the lease has four minutes to run...
@@ -514,7 +520,9 @@ func TestStoresTrustTheirCallersClock(t *testing.T) {
 	got, err = ahead.TaskReclaim(ctx, store.TaskReclaimParams{Now: renewed.Add(skew)})
 	require.NoError(t, err)
 	require.Len(t, got, 1)
-	_, err = behind.TaskHeartbeat(ctx, store.TaskHeartbeatParams{TaskLease: lease, LeaseTimeout: 5 * time.Minute, Now: renewed})
+	_, err = behind.TaskHeartbeat(ctx, store.TaskHeartbeatParams{
+		TaskLease: lease, LeaseTimeout: 5 * time.Minute, SchemaVersion: 1, Now: renewed,
+	})
 	require.ErrorIs(t, err, vigiltype.ErrStaleEpoch)
 
 	// Both servers read the same clock from the database.
@@ -625,8 +633,9 @@ func TestOrderingColumnsAreByteOrdered(t *testing.T) {
 	rows, err := rawPool(t, url).Query(t.Context(), `
 		SELECT table_name || '.' || column_name, coalesce(collation_name, '')
 		FROM information_schema.columns
-		WHERE table_schema = current_schema() AND column_name IN ('instance_id', 'name')
-			AND table_name IN ('processes', 'sweepers')
+		WHERE table_schema = current_schema() AND column_name IN ('instance_id', 'name', 'hostname')
+			AND table_name IN ('processes', 'sweepers', 'heartbeat_versions')
+			AND (table_name, column_name) <> ('processes', 'hostname') -- filtered on, never ordered by
 		ORDER BY 1`)
 	require.NoError(t, err)
 	got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) ([2]string, error) {
@@ -635,5 +644,117 @@ func TestOrderingColumnsAreByteOrdered(t *testing.T) {
 		return c, err
 	})
 	require.NoError(t, err)
-	require.Equal(t, [][2]string{{"processes.instance_id", "C"}, {"sweepers.name", "C"}}, got)
+	require.Equal(t, [][2]string{
+		{"heartbeat_versions.hostname", "C"}, {"processes.instance_id", "C"}, {"sweepers.name", "C"},
+	}, got)
+}
+
+// TestMigrationsMatchSQLite: both backends carry the same migrations, with
+// the same numbers and names (STYLE §2).
+func TestMigrationsMatchSQLite(t *testing.T) {
+	t.Parallel()
+	migrations, err := loadMigrations()
+	require.NoError(t, err)
+	var names []string
+	for _, m := range migrations {
+		names = append(names, m.String()+".sql")
+	}
+	entries, err := os.ReadDir(filepath.Join("..", "sqlitestore", "migrations"))
+	require.NoError(t, err)
+	var sqliteNames []string
+	for _, e := range entries {
+		sqliteNames = append(sqliteNames, e.Name())
+	}
+	require.Equal(t, sqliteNames, names)
+}
+
+// TestUpgradeFrom001 opens a schema that has only 001_initial, with a task
+// claimed before 002_activity existed: Open applies 002 alone, the task
+// reads with no activity and heartbeat version 0, and a v2 heartbeat takes
+// its claim (started_at) as the activity it never moves back from.
+func TestUpgradeFrom001(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := pgtest.URL(t)
+	migrations, err := loadMigrations()
+	require.NoError(t, err)
+
+	pool := rawPool(t, url)
+	for _, stmt := range []string{
+		`CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT clock_timestamp())`,
+		migrations[0].sql,
+		`INSERT INTO schema_migrations (version, name) VALUES (1, 'initial')`,
+	} {
+		_, err := pool.Exec(ctx, stmt)
+		require.NoError(t, err)
+	}
+	_, err = pool.Exec(ctx, `
+		INSERT INTO processes (instance_id, token_hash, process_kind, hostname, pid, liveness_interval_s,
+			started_at, last_heartbeat_at, alive_until)
+		VALUES ('w', 'h', 'worker', 'host-a', 1, 3600, $1, $1, $1::timestamptz + interval '3 hours')`, t0)
+	require.NoError(t, err)
+	var taskID int64
+	require.NoError(t, pool.QueryRow(ctx, `
+		INSERT INTO tasks (task_type, payload, status, max_attempts, max_reclaims, lease_owner, lease_epoch,
+			lease_expires_at, last_heartbeat_at, started_at, run_after, created_at, updated_at)
+		VALUES ('t', '{}', 'running', 3, 3, 'w', 1, $1::timestamptz + interval '5 minutes', $1, $1, $1, $1, $1)
+		RETURNING task_id`, t0).Scan(&taskID))
+
+	applied, err := MigrateOnly(ctx, url)
+	require.NoError(t, err)
+	require.Equal(t, []string{"002_activity"}, applied)
+	s := openTestStore(t, url)
+
+	task, err := s.TaskGet(ctx, taskID)
+	require.NoError(t, err)
+	require.Nil(t, task.LastActivityAt)
+	require.Zero(t, task.HeartbeatSchemaVersion)
+
+	lease := store.TaskLease{TaskID: taskID, Epoch: 1, InstanceID: "w"}
+	now := t0.Add(time.Minute)
+	task, err = s.TaskHeartbeat(ctx, store.TaskHeartbeatParams{TaskLease: lease, LeaseTimeout: time.Hour, SchemaVersion: 1, Now: now})
+	require.NoError(t, err)
+	require.Nil(t, task.LastActivityAt)
+	require.Equal(t, 1, task.HeartbeatSchemaVersion)
+
+	beforeClaim := t0.Add(-time.Minute)
+	task, err = s.TaskHeartbeat(ctx, store.TaskHeartbeatParams{
+		TaskLease: lease, LeaseTimeout: time.Hour, SchemaVersion: 2, ActivityAt: &beforeClaim, ExpireOnActivity: true, Now: now,
+	})
+	require.NoError(t, err)
+	require.Equal(t, &t0, task.LastActivityAt)
+	require.Equal(t, t0.Add(time.Hour), *task.LeaseExpiresAt)
+}
+
+// TestClaimByIDNeverWaits: a claim by id of a task another transaction
+// holds locked is refused at once with ErrNotClaimable instead of waiting
+// for the lock while holding the instance's row (which a reclaim or lease
+// end of that task, holding the task's lock, may be waiting for). Once the
+// lock is gone the task is claimable.
+func TestClaimByIDNeverWaits(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := pgtest.URL(t)
+	s := openTestStore(t, url)
+	pool := rawPool(t, url)
+	register(t, s, "w", t0)
+	enqueue(t, pool, 1)
+	var taskID int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT task_id FROM tasks`).Scan(&taskID))
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM tasks WHERE task_id = $1 FOR UPDATE`, taskID)
+	require.NoError(t, err)
+
+	claimCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = s.TaskClaim(claimCtx, store.TaskClaimParams{InstanceID: "w", TaskID: taskID, LeaseTimeout: time.Minute, Now: t0})
+	require.ErrorIs(t, err, vigiltype.ErrNotClaimable)
+	require.NoError(t, tx.Rollback(ctx))
+
+	task, err := s.TaskClaim(ctx, store.TaskClaimParams{InstanceID: "w", TaskID: taskID, LeaseTimeout: time.Minute, Now: t0})
+	require.NoError(t, err)
+	require.Equal(t, taskID, task.TaskID)
 }

@@ -20,13 +20,29 @@ import (
 // pointer, which would make a null result look like no result.
 const taskColumns = `task_id, task_type, payload::text AS payload, status, attempts, max_attempts,
 	reclaims, max_reclaims, lease_timeout_ms, lease_owner, lease_epoch, lease_expires_at,
-	last_heartbeat_at, started_at, run_after, created_at, updated_at, completed_at,
-	result::text AS result, completed_by, last_error`
+	last_heartbeat_at, last_activity_at, heartbeat_schema_version, started_at, run_after,
+	created_at, updated_at, completed_at, result::text AS result, completed_by, last_error`
+
+// leaseWindowSQL is a task's lease window in milliseconds: its own, or
+// @default_lease_ms when it has none.
+const leaseWindowSQL = "CASE WHEN lease_timeout_ms > 0 THEN lease_timeout_ms ELSE @default_lease_ms::bigint END"
 
 // leaseExpiresSQL is the lease expiry for a claim or lease heartbeat at
-// @now: the task's own window, or @default_lease_ms when it has none.
-var leaseExpiresSQL = sqlAddMS("@now",
-	"CASE WHEN lease_timeout_ms > 0 THEN lease_timeout_ms ELSE @default_lease_ms::bigint END")
+// @now: @now plus the task's window.
+var leaseExpiresSQL = sqlAddMS("@now", leaseWindowSQL)
+
+// claimSetSQL is the SET clause of a claim at @now by @instance_id
+// (store.Store.TaskClaim). heartbeat_schema_version is left as it is: it
+// tells which schema the task's last lease heartbeat used.
+var claimSetSQL = `
+	status = 'running',
+	lease_owner = @instance_id,
+	lease_epoch = lease_epoch + 1,
+	started_at = @now,
+	last_heartbeat_at = @now,
+	last_activity_at = @now,
+	lease_expires_at = ` + leaseExpiresSQL + `,
+	updated_at = @now`
 
 // scanTask converts one tasks row (taskColumns) to a Task. It is the only
 // place task rows become vigiltype values.
@@ -40,12 +56,13 @@ func scanTask(row rowScanner) (*vigiltype.Task, error) {
 	)
 	if err := row.Scan(&t.TaskID, &t.TaskType, &payload, &status, &t.Attempts, &t.MaxAttempts,
 		&t.Reclaims, &t.MaxReclaims, &leaseTimeoutMS, &t.LeaseOwner, &t.LeaseEpoch, &t.LeaseExpiresAt,
-		&t.LastHeartbeatAt, &t.StartedAt, &t.RunAfter, &t.CreatedAt, &t.UpdatedAt, &t.CompletedAt,
-		&result, &t.CompletedBy, &t.LastError); err != nil {
+		&t.LastHeartbeatAt, &t.LastActivityAt, &t.HeartbeatSchemaVersion, &t.StartedAt, &t.RunAfter,
+		&t.CreatedAt, &t.UpdatedAt, &t.CompletedAt, &result, &t.CompletedBy, &t.LastError); err != nil {
 		return nil, err
 	}
 	t.LeaseExpiresAt = utcPtr(t.LeaseExpiresAt)
 	t.LastHeartbeatAt = utcPtr(t.LastHeartbeatAt)
+	t.LastActivityAt = utcPtr(t.LastActivityAt)
 	t.StartedAt = utcPtr(t.StartedAt)
 	t.RunAfter = t.RunAfter.UTC()
 	t.CreatedAt = t.CreatedAt.UTC()
@@ -154,12 +171,46 @@ func (s *Store) TaskList(ctx context.Context, p store.TaskListParams) ([]*vigilt
 // recorded meanwhile waits for the claim and a claim never lands on an
 // instance that exited before it. The task is picked with FOR UPDATE SKIP
 // LOCKED: a task another transaction is claiming is passed over, never
-// waited for or claimed twice.
+// waited for or claimed twice. A claim by TaskID does the same with its one
+// task, so it never waits for a row lock while holding the instance's (a
+// reclaim, complete or release of that task locks the task, then the
+// holder's process row: waiting here could deadlock with it); a task locked
+// by a concurrent claim or lease change is refused as not claimable
+// (claimRefusal).
 func (s *Store) TaskClaim(ctx context.Context, p store.TaskClaimParams) (*vigiltype.Task, error) {
-	if len(p.Types) == 0 {
+	if p.TaskID == 0 && len(p.Types) == 0 {
 		return nil, vigiltype.Invalid("task_types", "must name at least one type")
 	}
 	now := utcMS(p.Now)
+	args := pgx.StrictNamedArgs{
+		"instance_id":      p.InstanceID,
+		"now":              now,
+		"default_lease_ms": p.LeaseTimeout.Milliseconds(),
+	}
+	var claimSQL string
+	if p.TaskID != 0 {
+		claimSQL = `
+			WITH next AS (
+				SELECT task_id FROM tasks
+				WHERE task_id = @task_id AND status = 'scheduled' AND run_after <= @now
+				FOR UPDATE SKIP LOCKED)
+			UPDATE tasks SET ` + claimSetSQL + `
+			WHERE task_id = (SELECT task_id FROM next) AND status = 'scheduled'
+			RETURNING ` + taskColumns
+		args["task_id"] = p.TaskID
+	} else {
+		claimSQL = `
+			WITH next AS (
+				SELECT task_id FROM tasks
+				WHERE status = 'scheduled' AND run_after <= @now AND task_type = ANY(@types)
+				ORDER BY run_after, task_id
+				LIMIT 1
+				FOR UPDATE SKIP LOCKED)
+			UPDATE tasks SET ` + claimSetSQL + `
+			WHERE task_id = (SELECT task_id FROM next) AND status = 'scheduled'
+			RETURNING ` + taskColumns
+		args["types"] = p.Types
+	}
 
 	var task *vigiltype.Task
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -180,34 +231,14 @@ func (s *Store) TaskClaim(ctx context.Context, p store.TaskClaimParams) (*vigilt
 				aliveUntil.UTC().Format(timeLayout), vigiltype.ErrInstanceStopped)
 		}
 
-		task, err = scanTask(tx.QueryRow(ctx, `
-			WITH next AS (
-				SELECT task_id FROM tasks
-				WHERE status = 'scheduled' AND run_after <= @now AND task_type = ANY(@types)
-				ORDER BY run_after, task_id
-				LIMIT 1
-				FOR UPDATE SKIP LOCKED)
-			UPDATE tasks SET
-				status = 'running',
-				lease_owner = @instance_id,
-				lease_epoch = lease_epoch + 1,
-				started_at = @now,
-				last_heartbeat_at = @now,
-				lease_expires_at = `+leaseExpiresSQL+`,
-				updated_at = @now
-			WHERE task_id = (SELECT task_id FROM next) AND status = 'scheduled'
-			RETURNING `+taskColumns,
-			pgx.StrictNamedArgs{
-				"instance_id":      p.InstanceID,
-				"now":              now,
-				"default_lease_ms": p.LeaseTimeout.Milliseconds(),
-				"types":            p.Types,
-			}))
-		if errors.Is(err, pgx.ErrNoRows) {
+		task, err = scanTask(tx.QueryRow(ctx, claimSQL, args))
+		switch {
+		case errors.Is(err, pgx.ErrNoRows) && p.TaskID != 0:
+			return claimRefusal(ctx, tx, p.TaskID, now)
+		case errors.Is(err, pgx.ErrNoRows):
 			task = nil
 			return nil
-		}
-		if err != nil {
+		case err != nil:
 			return interpretError(err)
 		}
 		_, err = tx.Exec(ctx, `
@@ -216,19 +247,103 @@ func (s *Store) TaskClaim(ctx context.Context, p store.TaskClaimParams) (*vigilt
 		return interpretError(err)
 	})
 	if err != nil {
+		if p.TaskID != 0 {
+			return nil, fmt.Errorf("claim task %d for process %s: %w", p.TaskID, p.InstanceID, err)
+		}
 		return nil, fmt.Errorf("claim task for process %s: %w", p.InstanceID, err)
 	}
 	return task, nil
 }
 
-// TaskHeartbeat implements store.Store.
-func (s *Store) TaskHeartbeat(ctx context.Context, p store.TaskHeartbeatParams) (*vigiltype.Task, error) {
-	return s.leaseUpdate(ctx, "heartbeat", p.TaskLease, false, `
-		last_heartbeat_at = @now,
-		lease_expires_at = `+leaseExpiresSQL+`,
-		updated_at = @now`,
-		pgx.StrictNamedArgs{"now": utcMS(p.Now), "default_lease_ms": p.LeaseTimeout.Milliseconds()},
+// claimRefusal explains why a claim by id at now matched no row:
+// ErrNotFound when the task does not exist, else ErrNotClaimable with its
+// status or the run_after it waits for — or, when it is scheduled and due,
+// because another transaction held it locked (SKIP LOCKED). The other words
+// are sqlitestore's.
+func claimRefusal(ctx context.Context, tx pgx.Tx, taskID int64, now time.Time) error {
+	var (
+		status   string
+		runAfter time.Time
 	)
+	err := interpretError(tx.QueryRow(ctx, `SELECT status, run_after FROM tasks WHERE task_id = $1`, taskID).
+		Scan(&status, &runAfter))
+	switch {
+	case errors.Is(err, vigiltype.ErrNotFound):
+		return fmt.Errorf("task %d: %w", taskID, vigiltype.ErrNotFound)
+	case err != nil:
+		return err
+	case status != string(vigiltype.TaskScheduled):
+		return fmt.Errorf("task %d is %s: %w", taskID, status, vigiltype.ErrNotClaimable)
+	case runAfter.After(now):
+		return fmt.Errorf("task %d runs after %s: %w", taskID, runAfter.UTC().Format(timeLayout), vigiltype.ErrNotClaimable)
+	}
+	return fmt.Errorf("task %d is being claimed or changed concurrently: %w", taskID, vigiltype.ErrNotClaimable)
+}
+
+// TaskHeartbeat implements store.Store. The heartbeat is checked first
+// (checkHeartbeat) and nothing is written when it is refused. An ActivityAt
+// later than Now counts as Now; last_activity_at never moves backwards, so
+// an ActivityAt older than the stored value (or than the claim) leaves it as
+// it is, and an activity-gated lease expires at the stored value plus the
+// window: a late, older heartbeat never shortens a lease. The heartbeat is
+// counted in heartbeat_versions in the same transaction, and only when the
+// lease was renewed.
+func (s *Store) TaskHeartbeat(ctx context.Context, p store.TaskHeartbeatParams) (*vigiltype.Task, error) {
+	if err := checkHeartbeat(p); err != nil {
+		return nil, err
+	}
+	now := utcMS(p.Now)
+	set := `
+		last_heartbeat_at = @now,
+		heartbeat_schema_version = @schema_version,
+		updated_at = @now,`
+	args := pgx.StrictNamedArgs{
+		"now":              now,
+		"default_lease_ms": p.LeaseTimeout.Milliseconds(),
+		"schema_version":   p.SchemaVersion,
+	}
+	if p.ActivityAt == nil {
+		set += `
+		lease_expires_at = ` + leaseExpiresSQL
+	} else {
+		// The new last_activity_at; SET expressions all read the old row.
+		// started_at stands in for a last_activity_at that a claim before
+		// migration 002 left NULL.
+		const lastActivity = `GREATEST(coalesce(last_activity_at, started_at, @activity_at::timestamptz), @activity_at::timestamptz)`
+		base := "@now"
+		if p.ExpireOnActivity {
+			base = lastActivity
+		}
+		set += `
+		last_activity_at = ` + lastActivity + `,
+		lease_expires_at = ` + sqlAddMS(base, leaseWindowSQL)
+		activityAt := utcMS(*p.ActivityAt)
+		if activityAt.After(now) {
+			activityAt = now
+		}
+		args["activity_at"] = activityAt
+	}
+	count := func(ctx context.Context, tx pgx.Tx, l store.TaskLease) error {
+		return countHeartbeat(ctx, tx, l.InstanceID, p.SchemaVersion, now)
+	}
+	return s.leaseUpdate(ctx, "heartbeat", p.TaskLease, count, set, args)
+}
+
+// checkHeartbeat refuses a lease heartbeat whose schema version and
+// activity time disagree (DESIGN T4): SchemaVersion 1 (no ActivityAt) or 2
+// (with ActivityAt). ExpireOnActivity is the server's `activity` expiry
+// policy, which applies to v2 heartbeats only: a v1 lease keeps expiring
+// on Now + window. The rules and words are sqlitestore's.
+func checkHeartbeat(p store.TaskHeartbeatParams) error {
+	switch {
+	case p.SchemaVersion != 1 && p.SchemaVersion != 2:
+		return vigiltype.Invalid("schema_version", "must be 1 or 2")
+	case p.SchemaVersion == 1 && p.ActivityAt != nil:
+		return vigiltype.Invalid("activity_at", "is only accepted with schema_version 2")
+	case p.SchemaVersion == 2 && p.ActivityAt == nil:
+		return vigiltype.Invalid("activity_at", "is required with schema_version 2")
+	}
+	return nil
 }
 
 // TaskComplete implements store.Store. A nil Result is stored as NULL; a
@@ -242,7 +357,7 @@ func (s *Store) TaskComplete(ctx context.Context, p store.TaskCompleteParams) (*
 		r := string(p.Result)
 		result = &r
 	}
-	return s.leaseUpdate(ctx, "complete", p.TaskLease, true, `
+	return s.leaseUpdate(ctx, "complete", p.TaskLease, endLease, `
 		status = 'completed',
 		result = @result::json,
 		completed_by = lease_owner,
@@ -258,7 +373,7 @@ func (s *Store) TaskComplete(ctx context.Context, p store.TaskCompleteParams) (*
 // started_at; a dead-lettered one keeps it as the start of its last run.
 func (s *Store) TaskFail(ctx context.Context, p store.TaskFailParams) (*vigiltype.Task, error) {
 	const dead = `attempts + 1 >= max_attempts`
-	return s.leaseUpdate(ctx, "fail", p.TaskLease, true, `
+	return s.leaseUpdate(ctx, "fail", p.TaskLease, endLease, `
 		attempts = attempts + 1,
 		status = CASE WHEN `+dead+` THEN 'dead_letter' ELSE 'scheduled' END,
 		run_after = CASE WHEN `+dead+` THEN run_after ELSE @retry_at END,
@@ -273,7 +388,7 @@ func (s *Store) TaskFail(ctx context.Context, p store.TaskFailParams) (*vigiltyp
 
 // TaskRelease implements store.Store.
 func (s *Store) TaskRelease(ctx context.Context, p store.TaskReleaseParams) (*vigiltype.Task, error) {
-	return s.leaseUpdate(ctx, "release", p.TaskLease, true, `
+	return s.leaseUpdate(ctx, "release", p.TaskLease, endLease, `
 		status = 'scheduled',
 		run_after = @now,
 		started_at = NULL,
@@ -284,14 +399,26 @@ func (s *Store) TaskRelease(ctx context.Context, p store.TaskReleaseParams) (*vi
 	)
 }
 
+// leaseThen is more work in a lease write's transaction, done after the
+// task row was written under lease l.
+type leaseThen func(ctx context.Context, tx pgx.Tx, l store.TaskLease) error
+
+// endLease clears the holder's current task when its lease ends.
+func endLease(ctx context.Context, tx pgx.Tx, l store.TaskLease) error {
+	_, err := tx.Exec(ctx, `
+		UPDATE processes SET current_task_id = NULL, current_task_type = NULL
+		WHERE instance_id = $1 AND current_task_id = $2`, l.InstanceID, l.TaskID)
+	return interpretError(err)
+}
+
 // leaseUpdate applies the SET clause set to the task held under l, guarded
 // by the whole lease predicate (id, running, owner, epoch), in one
-// transaction that also clears the holder's current task when endsLease.
-// args bind set's parameters. A write that matches no row is ErrNotFound
-// when the task does not exist, else ErrStaleEpoch; either way nothing
-// changed. A write racing a reclaim of the same task waits for it, then
-// re-checks the predicate against the reclaimed row and matches nothing.
-func (s *Store) leaseUpdate(ctx context.Context, op string, l store.TaskLease, endsLease bool, set string, args pgx.StrictNamedArgs) (*vigiltype.Task, error) {
+// transaction that then runs then. args bind set's parameters. A write that
+// matches no row is ErrNotFound when the task does not exist, else
+// ErrStaleEpoch; either way nothing changed and then does not run. A write
+// racing a reclaim of the same task waits for it, then re-checks the
+// predicate against the reclaimed row and matches nothing.
+func (s *Store) leaseUpdate(ctx context.Context, op string, l store.TaskLease, then leaseThen, set string, args pgx.StrictNamedArgs) (*vigiltype.Task, error) {
 	args = maps.Clone(args)
 	args["task_id"] = l.TaskID
 	args["lease_owner"] = l.InstanceID
@@ -307,13 +434,10 @@ func (s *Store) leaseUpdate(ctx context.Context, op string, l store.TaskLease, e
 		if errors.Is(err, pgx.ErrNoRows) {
 			return taskRefusal(ctx, tx, l.TaskID)
 		}
-		if err != nil || !endsLease {
+		if err != nil {
 			return interpretError(err)
 		}
-		_, err = tx.Exec(ctx, `
-			UPDATE processes SET current_task_id = NULL, current_task_type = NULL
-			WHERE instance_id = $1 AND current_task_id = $2`, l.InstanceID, l.TaskID)
-		return interpretError(err)
+		return then(ctx, tx, l)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s task %d: %w", op, l.TaskID, err)

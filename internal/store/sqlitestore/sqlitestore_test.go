@@ -211,3 +211,65 @@ func TestConcurrentWritersAcrossStores(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, tasks, len(errs)*perGoroutine)
 }
+
+// TestUpgradeFrom001 opens a database that has only 001_initial, with a
+// task claimed before 002_activity existed: Open applies 002 alone, the
+// task reads with no activity and heartbeat version 0, and a v2 heartbeat
+// takes its claim (started_at) as the activity it never moves back from.
+func TestUpgradeFrom001(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "vigil.db")
+	migrations, err := loadMigrations()
+	require.NoError(t, err)
+	t0 := time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC)
+
+	db, err := sql.Open(driverName, path)
+	require.NoError(t, err)
+	for _, stmt := range []string{
+		`CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT`,
+		migrations[0].sql,
+		`INSERT INTO schema_migrations VALUES (1, 'initial', '2026-01-01T00:00:00.000Z')`,
+	} {
+		_, err := db.ExecContext(ctx, stmt)
+		require.NoError(t, err)
+	}
+	_, err = db.ExecContext(ctx, `
+		INSERT INTO processes (instance_id, token_hash, process_kind, hostname, pid, liveness_interval_s,
+			started_at, last_heartbeat_at, alive_until)
+		VALUES ('w', 'h', 'worker', 'host-a', 1, 3600, @t0, @t0, '2026-03-14T12:26:53.000Z')`,
+		sql.Named("t0", timeString(t0)))
+	require.NoError(t, err)
+	var taskID int64
+	require.NoError(t, db.QueryRowContext(ctx, `
+		INSERT INTO tasks (task_type, payload, status, max_attempts, max_reclaims, lease_owner, lease_epoch,
+			lease_expires_at, last_heartbeat_at, started_at, run_after, created_at, updated_at)
+		VALUES ('t', '{}', 'running', 3, 3, 'w', 1, '2026-03-14T09:31:53.000Z', @t0, @t0, @t0, @t0, @t0)
+		RETURNING task_id`, sql.Named("t0", timeString(t0))).Scan(&taskID))
+	require.NoError(t, db.Close())
+
+	s, err := Open(ctx, path)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	require.Equal(t, []string{"002_activity"}, s.applied)
+
+	task, err := s.TaskGet(ctx, taskID)
+	require.NoError(t, err)
+	require.Nil(t, task.LastActivityAt)
+	require.Zero(t, task.HeartbeatSchemaVersion)
+
+	lease := store.TaskLease{TaskID: taskID, Epoch: 1, InstanceID: "w"}
+	now := t0.Add(time.Minute)
+	task, err = s.TaskHeartbeat(ctx, store.TaskHeartbeatParams{TaskLease: lease, LeaseTimeout: time.Hour, SchemaVersion: 1, Now: now})
+	require.NoError(t, err)
+	require.Nil(t, task.LastActivityAt)
+	require.Equal(t, 1, task.HeartbeatSchemaVersion)
+
+	beforeClaim := t0.Add(-time.Minute)
+	task, err = s.TaskHeartbeat(ctx, store.TaskHeartbeatParams{
+		TaskLease: lease, LeaseTimeout: time.Hour, SchemaVersion: 2, ActivityAt: &beforeClaim, ExpireOnActivity: true, Now: now,
+	})
+	require.NoError(t, err)
+	require.Equal(t, &t0, task.LastActivityAt)
+	require.Equal(t, t0.Add(time.Hour), *task.LeaseExpiresAt)
+}

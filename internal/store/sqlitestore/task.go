@@ -16,13 +16,30 @@ import (
 
 // taskColumns are the tasks columns scanTask reads, in order.
 const taskColumns = `task_id, task_type, payload, status, attempts, max_attempts, reclaims, max_reclaims,
-	lease_timeout_ms, lease_owner, lease_epoch, lease_expires_at, last_heartbeat_at, started_at,
-	run_after, created_at, updated_at, completed_at, result, completed_by, last_error`
+	lease_timeout_ms, lease_owner, lease_epoch, lease_expires_at, last_heartbeat_at, last_activity_at,
+	heartbeat_schema_version, started_at, run_after, created_at, updated_at, completed_at, result,
+	completed_by, last_error`
+
+// leaseWindowSQL is a task's lease window in milliseconds: its own, or
+// @default_lease_ms when it has none.
+const leaseWindowSQL = "CASE WHEN lease_timeout_ms > 0 THEN lease_timeout_ms ELSE @default_lease_ms END"
 
 // leaseExpiresSQL is the lease expiry for a claim or lease heartbeat at
-// @now: the task's own window, or @default_lease_ms when it has none.
-var leaseExpiresSQL = sqlAddMS("@now",
-	"CASE WHEN lease_timeout_ms > 0 THEN lease_timeout_ms ELSE @default_lease_ms END")
+// @now: @now plus the task's window.
+var leaseExpiresSQL = sqlAddMS("@now", leaseWindowSQL)
+
+// claimSetSQL is the SET clause of a claim at @now by @instance_id
+// (store.Store.TaskClaim). heartbeat_schema_version is left as it is: it
+// tells which schema the task's last lease heartbeat used.
+var claimSetSQL = `
+	status = 'running',
+	lease_owner = @instance_id,
+	lease_epoch = lease_epoch + 1,
+	started_at = @now,
+	last_heartbeat_at = @now,
+	last_activity_at = @now,
+	lease_expires_at = ` + leaseExpiresSQL + `,
+	updated_at = @now`
 
 // scanTask converts one tasks row (taskColumns) to a Task. It is the only
 // place task rows become vigiltype values.
@@ -31,18 +48,20 @@ func scanTask(row rowScanner) (*vigiltype.Task, error) {
 		t                                           vigiltype.Task
 		payload, status, runAfter, created, updated string
 		leaseTimeoutMS                              int64
-		leaseExpires, lastHeartbeat, started, done  sql.Null[string]
+		leaseExpires, lastHeartbeat, lastActivity   sql.Null[string]
+		started, done                               sql.Null[string]
 		leaseOwner, result, completedBy, lastError  sql.Null[string]
 	)
 	if err := row.Scan(&t.TaskID, &t.TaskType, &payload, &status, &t.Attempts, &t.MaxAttempts,
 		&t.Reclaims, &t.MaxReclaims, &leaseTimeoutMS, &leaseOwner, &t.LeaseEpoch, &leaseExpires,
-		&lastHeartbeat, &started, &runAfter, &created, &updated, &done, &result, &completedBy,
-		&lastError); err != nil {
+		&lastHeartbeat, &lastActivity, &t.HeartbeatSchemaVersion, &started, &runAfter, &created,
+		&updated, &done, &result, &completedBy, &lastError); err != nil {
 		return nil, err
 	}
 	var tp timeParser
 	t.LeaseExpiresAt = tp.nullTime(leaseExpires)
 	t.LastHeartbeatAt = tp.nullTime(lastHeartbeat)
+	t.LastActivityAt = tp.nullTime(lastActivity)
 	t.StartedAt = tp.nullTime(started)
 	t.RunAfter = tp.time(runAfter)
 	t.CreatedAt = tp.time(created)
@@ -158,19 +177,40 @@ func (s *Store) TaskList(ctx context.Context, p store.TaskListParams) ([]*vigilt
 // TaskClaim implements store.Store. The claimer must exist and be alive at
 // Now: ErrNotFound otherwise, or ErrInstanceExited when it exited or is past
 // its alive window. Instance check, claim and current-task update are one
-// transaction.
+// transaction. A claim by TaskID writes only when the task is still
+// scheduled and due; otherwise it explains why (claimRefusal).
 func (s *Store) TaskClaim(ctx context.Context, p store.TaskClaimParams) (*vigiltype.Task, error) {
-	if len(p.Types) == 0 {
+	if p.TaskID == 0 && len(p.Types) == 0 {
 		return nil, vigiltype.Invalid("task_types", "must name at least one type")
 	}
-	types, err := json.Marshal(p.Types)
-	if err != nil {
-		return nil, fmt.Errorf("claim task for process %s: %w", p.InstanceID, err)
-	}
 	now := timeString(p.Now)
+	args := []any{
+		sql.Named("instance_id", p.InstanceID),
+		sql.Named("now", now),
+		sql.Named("default_lease_ms", p.LeaseTimeout.Milliseconds()),
+	}
+	// pick selects the task to claim; the UPDATE repeats status = 'scheduled'.
+	var pick string
+	if p.TaskID != 0 {
+		pick = `@task_id AND status = 'scheduled' AND run_after <= @now`
+		args = append(args, sql.Named("task_id", p.TaskID))
+	} else {
+		types, err := json.Marshal(p.Types)
+		if err != nil {
+			return nil, fmt.Errorf("claim task for process %s: %w", p.InstanceID, err)
+		}
+		pick = `(
+				SELECT task_id FROM tasks
+				WHERE status = 'scheduled' AND run_after <= @now
+					AND task_type IN (SELECT value FROM json_each(@types))
+				ORDER BY run_after, task_id
+				LIMIT 1)
+			AND status = 'scheduled'`
+		args = append(args, sql.Named("types", string(types)))
+	}
 
 	var task *vigiltype.Task
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var exitedAt sql.Null[string]
 		var aliveUntil string
 		err := tx.QueryRowContext(ctx,
@@ -188,32 +228,16 @@ func (s *Store) TaskClaim(ctx context.Context, p store.TaskClaimParams) (*vigilt
 		}
 
 		task, err = scanTask(tx.QueryRowContext(ctx, `
-			UPDATE tasks SET
-				status = 'running',
-				lease_owner = @instance_id,
-				lease_epoch = lease_epoch + 1,
-				started_at = @now,
-				last_heartbeat_at = @now,
-				lease_expires_at = `+leaseExpiresSQL+`,
-				updated_at = @now
-			WHERE task_id = (
-				SELECT task_id FROM tasks
-				WHERE status = 'scheduled' AND run_after <= @now
-					AND task_type IN (SELECT value FROM json_each(@types))
-				ORDER BY run_after, task_id
-				LIMIT 1)
-			AND status = 'scheduled'
-			RETURNING `+taskColumns,
-			sql.Named("instance_id", p.InstanceID),
-			sql.Named("now", now),
-			sql.Named("default_lease_ms", p.LeaseTimeout.Milliseconds()),
-			sql.Named("types", string(types)),
-		))
-		if errors.Is(err, sql.ErrNoRows) {
+			UPDATE tasks SET `+claimSetSQL+`
+			WHERE task_id = `+pick+`
+			RETURNING `+taskColumns, args...))
+		switch {
+		case errors.Is(err, sql.ErrNoRows) && p.TaskID != 0:
+			return claimRefusal(ctx, tx, p.TaskID)
+		case errors.Is(err, sql.ErrNoRows):
 			task = nil
 			return nil
-		}
-		if err != nil {
+		case err != nil:
 			return err
 		}
 		_, err = tx.ExecContext(ctx, `
@@ -222,20 +246,96 @@ func (s *Store) TaskClaim(ctx context.Context, p store.TaskClaimParams) (*vigilt
 		return err
 	})
 	if err != nil {
+		if p.TaskID != 0 {
+			return nil, fmt.Errorf("claim task %d for process %s: %w", p.TaskID, p.InstanceID, err)
+		}
 		return nil, fmt.Errorf("claim task for process %s: %w", p.InstanceID, err)
 	}
 	return task, nil
 }
 
-// TaskHeartbeat implements store.Store.
+// claimRefusal explains why a claim by id matched no row: ErrNotFound when
+// the task does not exist, else ErrNotClaimable with its status or the
+// run_after it waits for.
+func claimRefusal(ctx context.Context, tx *sql.Tx, taskID int64) error {
+	var status, runAfter string
+	err := tx.QueryRowContext(ctx, `SELECT status, run_after FROM tasks WHERE task_id = ?`, taskID).
+		Scan(&status, &runAfter)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("task %d: %w", taskID, vigiltype.ErrNotFound)
+	case err != nil:
+		return err
+	case status != string(vigiltype.TaskScheduled):
+		return fmt.Errorf("task %d is %s: %w", taskID, status, vigiltype.ErrNotClaimable)
+	}
+	return fmt.Errorf("task %d runs after %s: %w", taskID, runAfter, vigiltype.ErrNotClaimable)
+}
+
+// TaskHeartbeat implements store.Store. The heartbeat is checked first
+// (checkHeartbeat) and nothing is written when it is refused. An ActivityAt
+// later than Now counts as Now; last_activity_at never moves backwards, so
+// an ActivityAt older than the stored value (or than the claim) leaves it as
+// it is, and an activity-gated lease expires at the stored value plus the
+// window: a late, older heartbeat never shortens a lease. The heartbeat is
+// counted in heartbeat_versions in the same transaction, and only when the
+// lease was renewed.
 func (s *Store) TaskHeartbeat(ctx context.Context, p store.TaskHeartbeatParams) (*vigiltype.Task, error) {
-	return s.leaseUpdate(ctx, "heartbeat", p.TaskLease, false, `
+	if err := checkHeartbeat(p); err != nil {
+		return nil, err
+	}
+	now := timeString(p.Now)
+	set := `
 		last_heartbeat_at = @now,
-		lease_expires_at = `+leaseExpiresSQL+`,
-		updated_at = @now`,
-		sql.Named("now", timeString(p.Now)),
+		heartbeat_schema_version = @schema_version,
+		updated_at = @now,`
+	args := []any{
+		sql.Named("now", now),
 		sql.Named("default_lease_ms", p.LeaseTimeout.Milliseconds()),
-	)
+		sql.Named("schema_version", p.SchemaVersion),
+	}
+	if p.ActivityAt == nil {
+		set += `
+		lease_expires_at = ` + leaseExpiresSQL
+	} else {
+		// The new last_activity_at; SET expressions all read the old row.
+		// started_at stands in for a last_activity_at that a claim before
+		// migration 002 left NULL.
+		const lastActivity = `max(coalesce(last_activity_at, started_at, @activity_at), @activity_at)`
+		base := "@now"
+		if p.ExpireOnActivity {
+			base = lastActivity
+		}
+		set += `
+		last_activity_at = ` + lastActivity + `,
+		lease_expires_at = ` + sqlAddMS(base, leaseWindowSQL)
+		activityAt := utcMS(*p.ActivityAt)
+		if activityAt.After(utcMS(p.Now)) {
+			activityAt = utcMS(p.Now)
+		}
+		args = append(args, sql.Named("activity_at", timeString(activityAt)))
+	}
+	count := func(ctx context.Context, tx *sql.Tx, l store.TaskLease) error {
+		return countHeartbeat(ctx, tx, l.InstanceID, p.SchemaVersion, now)
+	}
+	return s.leaseUpdate(ctx, "heartbeat", p.TaskLease, count, set, args...)
+}
+
+// checkHeartbeat refuses a lease heartbeat whose schema version and
+// activity time disagree (DESIGN T4): SchemaVersion 1 (no ActivityAt) or 2
+// (with ActivityAt). ExpireOnActivity is the server's `activity` expiry
+// policy, which applies to v2 heartbeats only: a v1 lease keeps expiring
+// on Now + window.
+func checkHeartbeat(p store.TaskHeartbeatParams) error {
+	switch {
+	case p.SchemaVersion != 1 && p.SchemaVersion != 2:
+		return vigiltype.Invalid("schema_version", "must be 1 or 2")
+	case p.SchemaVersion == 1 && p.ActivityAt != nil:
+		return vigiltype.Invalid("activity_at", "is only accepted with schema_version 2")
+	case p.SchemaVersion == 2 && p.ActivityAt == nil:
+		return vigiltype.Invalid("activity_at", "is required with schema_version 2")
+	}
+	return nil
 }
 
 // TaskComplete implements store.Store. A nil Result is stored as NULL; a
@@ -248,7 +348,7 @@ func (s *Store) TaskComplete(ctx context.Context, p store.TaskCompleteParams) (*
 		}
 		result = string(p.Result)
 	}
-	return s.leaseUpdate(ctx, "complete", p.TaskLease, true, `
+	return s.leaseUpdate(ctx, "complete", p.TaskLease, endLease, `
 		status = 'completed',
 		result = @result,
 		completed_by = lease_owner,
@@ -265,7 +365,7 @@ func (s *Store) TaskComplete(ctx context.Context, p store.TaskCompleteParams) (*
 // started_at; a dead-lettered one keeps it as the start of its last run.
 func (s *Store) TaskFail(ctx context.Context, p store.TaskFailParams) (*vigiltype.Task, error) {
 	const dead = `attempts + 1 >= max_attempts`
-	return s.leaseUpdate(ctx, "fail", p.TaskLease, true, `
+	return s.leaseUpdate(ctx, "fail", p.TaskLease, endLease, `
 		attempts = attempts + 1,
 		status = CASE WHEN `+dead+` THEN 'dead_letter' ELSE 'scheduled' END,
 		run_after = CASE WHEN `+dead+` THEN run_after ELSE @retry_at END,
@@ -282,7 +382,7 @@ func (s *Store) TaskFail(ctx context.Context, p store.TaskFailParams) (*vigiltyp
 
 // TaskRelease implements store.Store.
 func (s *Store) TaskRelease(ctx context.Context, p store.TaskReleaseParams) (*vigiltype.Task, error) {
-	return s.leaseUpdate(ctx, "release", p.TaskLease, true, `
+	return s.leaseUpdate(ctx, "release", p.TaskLease, endLease, `
 		status = 'scheduled',
 		run_after = @now,
 		started_at = NULL,
@@ -293,13 +393,24 @@ func (s *Store) TaskRelease(ctx context.Context, p store.TaskReleaseParams) (*vi
 	)
 }
 
+// leaseThen is more work in a lease write's transaction, done after the
+// task row was written under lease l.
+type leaseThen func(ctx context.Context, tx *sql.Tx, l store.TaskLease) error
+
+// endLease clears the holder's current task when its lease ends.
+func endLease(ctx context.Context, tx *sql.Tx, l store.TaskLease) error {
+	_, err := tx.ExecContext(ctx, `
+		UPDATE processes SET current_task_id = NULL, current_task_type = NULL
+		WHERE instance_id = ? AND current_task_id = ?`, l.InstanceID, l.TaskID)
+	return err
+}
+
 // leaseUpdate applies the SET clause set to the task held under l, guarded
 // by the whole lease predicate (id, running, owner, epoch), in one
-// transaction that also clears the holder's current task when endsLease.
-// args bind set's parameters. A write that matches no row is ErrNotFound
-// when the task does not exist, else ErrStaleEpoch; either way nothing
-// changed.
-func (s *Store) leaseUpdate(ctx context.Context, op string, l store.TaskLease, endsLease bool, set string, args ...any) (*vigiltype.Task, error) {
+// transaction that then runs then. args bind set's parameters. A write that
+// matches no row is ErrNotFound when the task does not exist, else
+// ErrStaleEpoch; either way nothing changed and then does not run.
+func (s *Store) leaseUpdate(ctx context.Context, op string, l store.TaskLease, then leaseThen, set string, args ...any) (*vigiltype.Task, error) {
 	args = append(args,
 		sql.Named("task_id", l.TaskID),
 		sql.Named("lease_owner", l.InstanceID),
@@ -316,13 +427,10 @@ func (s *Store) leaseUpdate(ctx context.Context, op string, l store.TaskLease, e
 		if errors.Is(err, sql.ErrNoRows) {
 			return taskRefusal(ctx, tx, l.TaskID)
 		}
-		if err != nil || !endsLease {
+		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `
-			UPDATE processes SET current_task_id = NULL, current_task_type = NULL
-			WHERE instance_id = ? AND current_task_id = ?`, l.InstanceID, l.TaskID)
-		return err
+		return then(ctx, tx, l)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s task %d: %w", op, l.TaskID, err)

@@ -33,6 +33,7 @@ import (
 func Exercise(ctx context.Context, t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("Process", func(t *testing.T) { exerciseProcess(ctx, t, newStore) })
 	t.Run("Task", func(t *testing.T) { exerciseTask(ctx, t, newStore) })
+	t.Run("HeartbeatVersion", func(t *testing.T) { exerciseHeartbeatVersion(ctx, t, newStore) })
 	t.Run("Sweeper", func(t *testing.T) { exerciseSweeper(ctx, t, newStore) })
 }
 
@@ -131,6 +132,22 @@ func (b *testBundle) tryClaim(t *testing.T, instanceID string, now time.Time, ty
 	task, err := b.s.TaskClaim(b.ctx, store.TaskClaimParams{
 		InstanceID: instanceID, Types: types, LeaseTimeout: defaultLease, Now: now,
 	})
+	require.NoError(t, err)
+	return task
+}
+
+// claimByID claims task taskID for instanceID at now with the default
+// lease (store.TaskClaimParams.TaskID).
+func (b *testBundle) claimByID(instanceID string, taskID int64, now time.Time) (*vigiltype.Task, error) {
+	return b.s.TaskClaim(b.ctx, store.TaskClaimParams{
+		InstanceID: instanceID, TaskID: taskID, LeaseTimeout: defaultLease, Now: now,
+	})
+}
+
+// heartbeat sends a lease heartbeat and requires that it was accepted.
+func (b *testBundle) heartbeat(t *testing.T, p store.TaskHeartbeatParams) *vigiltype.Task {
+	t.Helper()
+	task, err := b.s.TaskHeartbeat(b.ctx, p)
 	require.NoError(t, err)
 	return task
 }

@@ -17,6 +17,9 @@ import (
 // exerciseTask covers the tasks table: the outbox, claims, the lease calls
 // with their epoch fencing, and reclaiming (DESIGN T1-T3, L6).
 func exerciseTask(ctx context.Context, t *testing.T, newStore func(t *testing.T) store.Store) {
+	exerciseTaskClaimByID(ctx, t, newStore)
+	exerciseTaskActivity(ctx, t, newStore)
+
 	t.Run("EnqueueAndGet", func(t *testing.T) {
 		t.Parallel()
 		b := setup(ctx, t, newStore)
@@ -160,6 +163,7 @@ func exerciseTask(ctx context.Context, t *testing.T, newStore func(t *testing.T)
 		want.StartedAt = ptr(now)
 		want.LastHeartbeatAt = ptr(now)
 		want.LeaseExpiresAt = ptr(now.Add(defaultLease)) // the server's window
+		want.LastActivityAt = ptr(now)                   // the claim is the first evidence of progress
 		want.UpdatedAt = now
 		requireTaskEqual(t, &want, claimed)
 		requireTaskEqual(t, &want, b.getTask(t, first.TaskID))
@@ -212,11 +216,12 @@ func exerciseTask(ctx context.Context, t *testing.T, newStore func(t *testing.T)
 
 		now := at(time.Minute)
 		task, err := b.s.TaskHeartbeat(ctx, store.TaskHeartbeatParams{
-			TaskLease: leaseOf(claimed), LeaseTimeout: 10 * time.Minute, Now: now,
+			TaskLease: leaseOf(claimed), LeaseTimeout: 10 * time.Minute, SchemaVersion: 1, Now: now,
 		})
 		require.NoError(t, err)
 		want := *claimed
 		want.LastHeartbeatAt = ptr(now)
+		want.HeartbeatSchemaVersion = 1
 		want.LeaseExpiresAt = ptr(now.Add(10 * time.Minute))
 		want.UpdatedAt = now
 		requireTaskEqual(t, &want, task)
@@ -225,7 +230,7 @@ func exerciseTask(ctx context.Context, t *testing.T, newStore func(t *testing.T)
 		// The task's own window wins over the server's.
 		own := b.claim(t, "w", t0, "report")
 		task, err = b.s.TaskHeartbeat(ctx, store.TaskHeartbeatParams{
-			TaskLease: leaseOf(own), LeaseTimeout: 10 * time.Minute, Now: now,
+			TaskLease: leaseOf(own), LeaseTimeout: 10 * time.Minute, SchemaVersion: 1, Now: now,
 		})
 		require.NoError(t, err)
 		require.Equal(t, ptr(now.Add(2*time.Second)), task.LeaseExpiresAt)
@@ -240,7 +245,9 @@ func exerciseTask(ctx context.Context, t *testing.T, newStore func(t *testing.T)
 		now := at(time.Second)
 		ops := map[string]func(l store.TaskLease) error{
 			"Heartbeat": func(l store.TaskLease) error {
-				_, err := b.s.TaskHeartbeat(ctx, store.TaskHeartbeatParams{TaskLease: l, LeaseTimeout: defaultLease, Now: now})
+				_, err := b.s.TaskHeartbeat(ctx, store.TaskHeartbeatParams{
+					TaskLease: l, LeaseTimeout: defaultLease, SchemaVersion: 2, ActivityAt: &now, Now: now,
+				})
 				return err
 			},
 			"Complete": func(l store.TaskLease) error {
@@ -431,7 +438,9 @@ func exerciseTask(ctx context.Context, t *testing.T, newStore func(t *testing.T)
 
 		// The old holder is fenced off; the task is claimable again at a
 		// higher epoch.
-		_, err := b.s.TaskHeartbeat(ctx, store.TaskHeartbeatParams{TaskLease: leaseOf(claimed), LeaseTimeout: defaultLease, Now: now})
+		_, err := b.s.TaskHeartbeat(ctx, store.TaskHeartbeatParams{
+			TaskLease: leaseOf(claimed), LeaseTimeout: defaultLease, SchemaVersion: 1, Now: now,
+		})
 		require.ErrorIs(t, err, vigiltype.ErrStaleEpoch)
 		again := b.claim(t, "w", now)
 		require.Equal(t, claimed.TaskID, again.TaskID)
@@ -737,4 +746,399 @@ func taskIDs(tasks []*vigiltype.Task) []int64 {
 		ids = append(ids, task.TaskID)
 	}
 	return ids
+}
+
+// exerciseTaskClaimByID covers claiming one named task
+// (store.TaskClaimParams.TaskID): only while it is scheduled and due, with
+// the same lease and instance rules as any claim.
+func exerciseTaskClaimByID(ctx context.Context, t *testing.T, newStore func(t *testing.T) store.Store) {
+	t.Run("ClaimByID", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		b.register(t, store.ProcessRegisterParams{InstanceID: "w", LivenessIntervalS: 3600})
+		older := b.enqueue(t, store.TaskEnqueueParams{})
+		target := b.enqueue(t, store.TaskEnqueueParams{TaskType: "report", LeaseTimeout: 90 * time.Second})
+
+		// Not the oldest claimable task, and not of a type in Types: the id
+		// alone decides.
+		now := at(time.Second)
+		claimed, err := b.s.TaskClaim(ctx, store.TaskClaimParams{
+			InstanceID: "w", TaskID: target.TaskID, Types: []string{"email"}, LeaseTimeout: defaultLease, Now: now,
+		})
+		require.NoError(t, err)
+		want := *target
+		want.Status = vigiltype.TaskRunning
+		want.LeaseOwner = ptr("w")
+		want.LeaseEpoch = 1
+		want.StartedAt = ptr(now)
+		want.LastHeartbeatAt = ptr(now)
+		want.LastActivityAt = ptr(now)
+		want.LeaseExpiresAt = ptr(now.Add(90 * time.Second)) // the task's own window
+		want.UpdatedAt = now
+		requireTaskEqual(t, &want, claimed)
+		requireTaskEqual(t, &want, b.getTask(t, target.TaskID))
+		b.requireCurrentTask(t, "w", target.TaskID, "report")
+		requireTaskEqual(t, older, b.getTask(t, older.TaskID))
+
+		// Without Types; a released task comes back at the next epoch.
+		_, err = b.s.TaskRelease(ctx, store.TaskReleaseParams{TaskLease: leaseOf(claimed), Now: at(2 * time.Second)})
+		require.NoError(t, err)
+		again, err := b.claimByID("w", target.TaskID, at(3*time.Second))
+		require.NoError(t, err)
+		require.EqualValues(t, 2, again.LeaseEpoch)
+		require.Equal(t, ptr(at(3*time.Second)), again.LastActivityAt)
+		b.requireCurrentTask(t, "w", target.TaskID, "report")
+
+		// The default window applies to a task without its own.
+		claimed, err = b.claimByID("w", older.TaskID, now)
+		require.NoError(t, err)
+		require.Equal(t, ptr(now.Add(defaultLease)), claimed.LeaseExpiresAt)
+	})
+
+	t.Run("ClaimByIDNotClaimable", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		b.register(t, store.ProcessRegisterParams{InstanceID: "w", LivenessIntervalS: 3600})
+		b.register(t, store.ProcessRegisterParams{InstanceID: "other", LivenessIntervalS: 3600})
+		now := at(time.Minute)
+
+		running := b.enqueue(t, store.TaskEnqueueParams{TaskType: "running"})
+		b.claim(t, "other", t0, "running")
+		done := b.enqueue(t, store.TaskEnqueueParams{TaskType: "done"})
+		_, err := b.s.TaskComplete(ctx, store.TaskCompleteParams{TaskLease: leaseOf(b.claim(t, "other", t0, "done")), Now: t0})
+		require.NoError(t, err)
+		dead := b.enqueue(t, store.TaskEnqueueParams{TaskType: "dead", MaxAttempts: 1})
+		_, err = b.s.TaskFail(ctx, store.TaskFailParams{
+			TaskLease: leaseOf(b.claim(t, "other", t0, "dead")), Error: "boom", RetryAt: t0, Now: t0,
+		})
+		require.NoError(t, err)
+		future := b.enqueue(t, store.TaskEnqueueParams{TaskType: "future", RunAfter: now.Add(time.Millisecond)})
+		mine := b.enqueue(t, store.TaskEnqueueParams{TaskType: "mine"})
+		b.claim(t, "w", t0, "mine")
+
+		for name, id := range map[string]int64{
+			"Running": running.TaskID, "Completed": done.TaskID, "DeadLetter": dead.TaskID,
+			"RunAfterLater": future.TaskID, "AlreadyMine": mine.TaskID,
+		} {
+			t.Run(name, func(t *testing.T) {
+				before := b.getTask(t, id)
+				task, err := b.claimByID("w", id, now)
+				require.ErrorIs(t, err, vigiltype.ErrNotClaimable)
+				require.NotErrorIs(t, err, vigiltype.ErrNotFound)
+				require.ErrorContains(t, err, fmt.Sprintf("task %d", id))
+				require.Nil(t, task)
+				requireTaskEqual(t, before, b.getTask(t, id))
+			})
+		}
+		// A refused claim leaves the instance's current task alone.
+		b.requireCurrentTask(t, "w", mine.TaskID, "mine")
+
+		_, err = b.claimByID("w", 999999, now)
+		require.ErrorIs(t, err, vigiltype.ErrNotFound)
+		require.ErrorContains(t, err, "task 999999")
+		b.requireCurrentTask(t, "w", mine.TaskID, "mine")
+
+		// run_after is inclusive, as for any claim.
+		task, err := b.claimByID("w", future.TaskID, now.Add(time.Millisecond))
+		require.NoError(t, err)
+		require.Equal(t, future.TaskID, task.TaskID)
+	})
+
+	t.Run("ClaimByIDInstanceChecks", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		// The instance is checked as for any claim, before the task: a
+		// missing instance is ErrNotFound even for a missing task.
+		task := b.enqueue(t, store.TaskEnqueueParams{})
+		_, err := b.claimByID("nobody", task.TaskID, t0)
+		require.ErrorIs(t, err, vigiltype.ErrNotFound)
+		b.register(t, store.ProcessRegisterParams{InstanceID: "exited"})
+		b.exit(t, "exited", t0)
+		_, err = b.claimByID("exited", task.TaskID, t0)
+		require.ErrorIs(t, err, vigiltype.ErrInstanceExited)
+		_, err = b.claimByID("exited", 999999, t0)
+		require.ErrorIs(t, err, vigiltype.ErrInstanceExited)
+		b.register(t, store.ProcessRegisterParams{InstanceID: "silent", LivenessIntervalS: 1})
+		_, err = b.claimByID("silent", task.TaskID, at(3*time.Second+time.Millisecond))
+		require.ErrorIs(t, err, vigiltype.ErrInstanceStopped)
+		requireTaskEqual(t, task, b.getTask(t, task.TaskID))
+	})
+
+	t.Run("ConcurrentClaimsByID", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		// Many instances claim the same task at once: exactly one gets it,
+		// every other is told it is not claimable.
+		const claimers = 8
+		task := b.enqueue(t, store.TaskEnqueueParams{})
+		for i := range claimers {
+			b.register(t, store.ProcessRegisterParams{InstanceID: fmt.Sprintf("w%d", i), LivenessIntervalS: 3600})
+		}
+		got := make([]*vigiltype.Task, claimers)
+		errs := make([]error, claimers)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range claimers {
+			wg.Go(func() {
+				<-start
+				got[i], errs[i] = b.claimByID(fmt.Sprintf("w%d", i), task.TaskID, t0)
+			})
+		}
+		close(start)
+		wg.Wait()
+		var winner string
+		for i := range claimers {
+			if errs[i] == nil {
+				require.Empty(t, winner, "claimed twice")
+				winner = fmt.Sprintf("w%d", i)
+				require.EqualValues(t, 1, got[i].LeaseEpoch)
+				continue
+			}
+			require.ErrorIs(t, errs[i], vigiltype.ErrNotClaimable)
+		}
+		require.NotEmpty(t, winner)
+		require.Equal(t, &winner, b.getTask(t, task.TaskID).LeaseOwner)
+	})
+}
+
+// exerciseTaskActivity covers lease heartbeats by schema version and
+// activity-gated expiry (DESIGN T4): last_activity_at apart from
+// last_heartbeat_at, and leases that expire on activity.
+func exerciseTaskActivity(ctx context.Context, t *testing.T, newStore func(t *testing.T) store.Store) {
+	t.Run("HeartbeatV1", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		b.register(t, store.ProcessRegisterParams{InstanceID: "w", LivenessIntervalS: 3600})
+		b.enqueue(t, store.TaskEnqueueParams{})
+		claimed := b.claim(t, "w", t0)
+		require.Equal(t, ptr(t0), claimed.LastActivityAt)
+		require.Zero(t, claimed.HeartbeatSchemaVersion) // no heartbeat yet
+
+		// v1 renews the lease from Now and leaves last_activity_at at the
+		// claim.
+		now := at(time.Minute)
+		task := b.heartbeat(t, store.TaskHeartbeatParams{
+			TaskLease: leaseOf(claimed), LeaseTimeout: defaultLease, SchemaVersion: 1, Now: now,
+		})
+		want := *claimed
+		want.LastHeartbeatAt = ptr(now)
+		want.HeartbeatSchemaVersion = 1
+		want.LeaseExpiresAt = ptr(now.Add(defaultLease))
+		want.UpdatedAt = now
+		requireTaskEqual(t, &want, task)
+		requireTaskEqual(t, &want, b.getTask(t, claimed.TaskID))
+	})
+
+	t.Run("HeartbeatV2ActivityNeverMovesBack", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		b.register(t, store.ProcessRegisterParams{InstanceID: "w", LivenessIntervalS: 3600})
+		b.enqueue(t, store.TaskEnqueueParams{})
+		claimed := b.claim(t, "w", t0)
+		v2 := func(now, activityAt time.Time) *vigiltype.Task {
+			t.Helper()
+			return b.heartbeat(t, store.TaskHeartbeatParams{
+				TaskLease: leaseOf(claimed), LeaseTimeout: defaultLease, SchemaVersion: 2, ActivityAt: &activityAt, Now: now,
+			})
+		}
+
+		// Activity moves last_activity_at forward, kept to the millisecond;
+		// without ExpireOnActivity the lease still runs from Now.
+		now := at(time.Minute)
+		task := v2(now, at(50*time.Second+1500*time.Microsecond))
+		want := *claimed
+		want.LastHeartbeatAt = ptr(now)
+		want.LastActivityAt = ptr(at(50*time.Second + time.Millisecond))
+		want.HeartbeatSchemaVersion = 2
+		want.LeaseExpiresAt = ptr(now.Add(defaultLease))
+		want.UpdatedAt = now
+		requireTaskEqual(t, &want, task)
+		requireTaskEqual(t, &want, b.getTask(t, claimed.TaskID))
+
+		// An older activity (a late or reordered heartbeat), or one before
+		// the claim, keeps the newer value.
+		for i, activityAt := range []time.Time{at(20 * time.Second), at(-time.Hour)} {
+			now := at(time.Duration(2+i) * time.Minute)
+			task = v2(now, activityAt)
+			require.Equal(t, ptr(at(50*time.Second+time.Millisecond)), task.LastActivityAt, "activity %s", activityAt)
+			require.Equal(t, ptr(now), task.LastHeartbeatAt)
+		}
+
+		// An activity later than Now (the holder's clock runs ahead) counts
+		// as Now.
+		now = at(5 * time.Minute)
+		task = v2(now, now.Add(time.Minute))
+		require.Equal(t, ptr(now), task.LastActivityAt)
+
+		// A v1 heartbeat in between records its version and keeps the
+		// activity.
+		task = b.heartbeat(t, store.TaskHeartbeatParams{
+			TaskLease: leaseOf(claimed), LeaseTimeout: defaultLease, SchemaVersion: 1, Now: at(6 * time.Minute),
+		})
+		require.Equal(t, 1, task.HeartbeatSchemaVersion)
+		require.Equal(t, ptr(now), task.LastActivityAt)
+		require.Equal(t, ptr(at(6*time.Minute)), task.LastHeartbeatAt)
+	})
+
+	t.Run("HeartbeatExpireOnActivity", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		const window = 30 * time.Minute
+		b.register(t, store.ProcessRegisterParams{InstanceID: "w", LivenessIntervalS: 3600})
+		b.enqueue(t, store.TaskEnqueueParams{})
+		claimed, err := b.s.TaskClaim(ctx, store.TaskClaimParams{
+			InstanceID: "w", Types: []string{"email"}, LeaseTimeout: window, Now: t0,
+		})
+		require.NoError(t, err)
+		activityAt := at(5 * time.Minute)
+		expiry := activityAt.Add(window)
+
+		// Heartbeats keep arriving with the same, stale activity: the lease
+		// expires at activity + window however recent the heartbeat.
+		for _, now := range []time.Time{at(10 * time.Minute), at(20 * time.Minute), expiry.Add(-time.Millisecond), expiry} {
+			task := b.heartbeat(t, store.TaskHeartbeatParams{
+				TaskLease: leaseOf(claimed), LeaseTimeout: window, SchemaVersion: 2, ActivityAt: &activityAt,
+				ExpireOnActivity: true, Now: now,
+			})
+			require.Equal(t, ptr(expiry), task.LeaseExpiresAt, "heartbeat at %s", now)
+			require.Equal(t, ptr(now), task.LastHeartbeatAt)
+			require.Equal(t, ptr(activityAt), task.LastActivityAt)
+			require.Empty(t, b.reclaim(t, now))
+		}
+
+		// An older activity does not pull the expiry back either: it runs
+		// from last_activity_at.
+		older := at(time.Minute)
+		task := b.heartbeat(t, store.TaskHeartbeatParams{
+			TaskLease: leaseOf(claimed), LeaseTimeout: window, SchemaVersion: 2, ActivityAt: &older,
+			ExpireOnActivity: true, Now: expiry,
+		})
+		require.Equal(t, ptr(expiry), task.LeaseExpiresAt)
+
+		// Once Now passes it, the lease is reclaimed although the holder is
+		// alive and heartbeating; the activity stays as history.
+		now := expiry.Add(time.Millisecond)
+		tasks := b.reclaim(t, now)
+		require.Equal(t, []int64{claimed.TaskID}, taskIDs(tasks))
+		require.Equal(t, vigiltype.TaskScheduled, tasks[0].Status)
+		require.Equal(t, 1, tasks[0].Reclaims)
+		require.Contains(t, *tasks[0].LastError, "lease expired")
+		require.Equal(t, ptr(activityAt), tasks[0].LastActivityAt)
+		require.Equal(t, 2, tasks[0].HeartbeatSchemaVersion)
+		b.requireCurrentTask(t, "w", 0, "")
+		_, err = b.s.TaskHeartbeat(ctx, store.TaskHeartbeatParams{
+			TaskLease: leaseOf(claimed), LeaseTimeout: window, SchemaVersion: 2, ActivityAt: &now,
+			ExpireOnActivity: true, Now: now,
+		})
+		require.ErrorIs(t, err, vigiltype.ErrStaleEpoch)
+
+		// The next claim starts the activity afresh.
+		again := b.claim(t, "w", now)
+		require.Equal(t, claimed.TaskID, again.TaskID)
+		require.Equal(t, ptr(now), again.LastActivityAt)
+		require.Equal(t, 2, again.HeartbeatSchemaVersion) // the last heartbeat's, until the next one
+
+		// The task's own window applies as it does from Now.
+		b.enqueue(t, store.TaskEnqueueParams{TaskType: "own", LeaseTimeout: 2 * time.Second})
+		own := b.claim(t, "w", now, "own")
+		activityAt = now.Add(time.Second)
+		task = b.heartbeat(t, store.TaskHeartbeatParams{
+			TaskLease: leaseOf(own), LeaseTimeout: window, SchemaVersion: 2, ActivityAt: &activityAt,
+			ExpireOnActivity: true, Now: now.Add(2 * time.Second),
+		})
+		require.Equal(t, ptr(activityAt.Add(2*time.Second)), task.LeaseExpiresAt)
+	})
+
+	t.Run("HeartbeatFallsBackToNow", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		// Without ExpireOnActivity (the `max` policy) a v2 lease expires on
+		// Now + window however stale its activity; a v1 lease does so under
+		// either policy (DESIGN T4: v1 keeps falling back).
+		const window = 30 * time.Minute
+		b.register(t, store.ProcessRegisterParams{InstanceID: "w", LivenessIntervalS: 3600})
+		for _, tt := range []struct {
+			name             string
+			schemaVersion    int
+			expireOnActivity bool
+		}{
+			{"V2", 2, false},
+			{"V1", 1, false},
+			{"V1ExpireOnActivity", 1, true},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				typ := "fallback-" + tt.name
+				b.enqueue(t, store.TaskEnqueueParams{TaskType: typ})
+				claimed := b.claim(t, "w", t0, typ)
+				var activityAt *time.Time
+				if tt.schemaVersion == 2 {
+					activityAt = ptr(at(time.Minute))
+				}
+				for _, now := range []time.Time{at(20 * time.Minute), at(40 * time.Minute), at(60 * time.Minute)} {
+					task := b.heartbeat(t, store.TaskHeartbeatParams{
+						TaskLease: leaseOf(claimed), LeaseTimeout: window, SchemaVersion: tt.schemaVersion,
+						ActivityAt: activityAt, ExpireOnActivity: tt.expireOnActivity, Now: now,
+					})
+					require.Equal(t, ptr(now.Add(window)), task.LeaseExpiresAt)
+					require.Equal(t, tt.schemaVersion, task.HeartbeatSchemaVersion)
+				}
+				got := b.getTask(t, claimed.TaskID)
+				require.Equal(t, vigiltype.TaskRunning, got.Status)
+				require.Equal(t, claimed.LeaseEpoch, got.LeaseEpoch)
+				if activityAt != nil {
+					require.Equal(t, activityAt, got.LastActivityAt)
+				} else {
+					require.Equal(t, ptr(t0), got.LastActivityAt)
+				}
+			})
+		}
+		// Long past every activity + window, but within Now + window.
+		require.Empty(t, b.reclaim(t, at(60*time.Minute+window)))
+	})
+
+	t.Run("HeartbeatRefusesBadSchema", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		b.register(t, store.ProcessRegisterParams{InstanceID: "w", LivenessIntervalS: 3600})
+		b.enqueue(t, store.TaskEnqueueParams{})
+		claimed := b.claim(t, "w", t0)
+		now := at(time.Minute)
+		for _, tt := range []struct {
+			name          string
+			schemaVersion int
+			activityAt    *time.Time
+			field         string
+		}{
+			{"V3", 3, ptr(now), "schema_version"},
+			{"V0", 0, nil, "schema_version"},
+			{"Negative", -1, nil, "schema_version"},
+			{"V1WithActivity", 1, ptr(now), "activity_at"},
+			{"V2WithoutActivity", 2, nil, "activity_at"},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				_, err := b.s.TaskHeartbeat(ctx, store.TaskHeartbeatParams{
+					TaskLease: leaseOf(claimed), LeaseTimeout: defaultLease, SchemaVersion: tt.schemaVersion,
+					ActivityAt: tt.activityAt, ExpireOnActivity: true, Now: now,
+				})
+				require.ErrorIs(t, err, vigiltype.ErrInvalid)
+				var fe *vigiltype.FieldError
+				require.ErrorAs(t, err, &fe)
+				require.Equal(t, tt.field, fe.Field)
+			})
+		}
+		// Nothing was written, nor counted.
+		requireTaskEqual(t, claimed, b.getTask(t, claimed.TaskID))
+		versions, err := b.s.HeartbeatVersionList(ctx, t0)
+		require.NoError(t, err)
+		require.Empty(t, versions)
+	})
 }

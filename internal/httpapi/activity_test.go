@@ -1,0 +1,196 @@
+package httpapi_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vigil-fleet/vigil/internal/lease"
+	"github.com/vigil-fleet/vigil/internal/testserver"
+	"github.com/vigil-fleet/vigil/vigiltype"
+)
+
+func (b *testBundle) beat(in instance, task vigiltype.Task, extra string) response {
+	b.t.Helper()
+	return b.leaseOp(in, task.TaskID, task.LeaseEpoch, "heartbeat", extra)
+}
+
+func (b *testBundle) liveness(in instance) {
+	b.t.Helper()
+	r := b.do("POST", "/v1/processes/"+in.ID+"/heartbeat", "", "X-Vigil-Instance-Token", in.Token)
+	require.Equal(b.t, http.StatusOK, r.status, "%s", r.body)
+}
+
+func (b *testBundle) reclaim() int {
+	b.t.Helper()
+	n, err := b.srv.Lease.Reclaim(context.Background())
+	require.NoError(b.t, err)
+	return n
+}
+
+func activityAt(t time.Time) string { return `,"schema_version":2,"activity_at":"` + t.Format(time.RFC3339Nano) + `"` }
+
+// DESIGN T4, the activity policy: a v2 lease whose activity is stale
+// expires although heartbeats keep arriving; a v1 lease does not until its
+// heartbeats stop.
+func TestActivityPolicyExpiresStaleV2Leases(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testserver.WithLeaseTimeout(time.Minute), testserver.WithLeaseExpiry(lease.ExpiryActivity))
+	v2, v1 := b.register("session", 30), b.register("legacy", 30)
+	b.enqueue(`{"task_type":"edit"}`)
+	b.enqueue(`{"task_type":"legacy"}`)
+	v2Task, v1Task := b.claimTask(v2, "edit"), b.claimTask(v1, "legacy")
+
+	// Activity once, 10s in; then heartbeats every 20s carry the same,
+	// ever older, activity time. The v1 holder keeps heartbeating.
+	b.clock.Advance(10 * time.Second)
+	lastActivity := b.clock.Now()
+	for range 4 {
+		b.clock.Advance(20 * time.Second)
+		b.liveness(v2)
+		b.liveness(v1)
+		r := b.beat(v2, v2Task, activityAt(lastActivity))
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		r = b.beat(v1, v1Task, "")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	}
+	// now = claim + 90s; the v2 lease expired at activity + 60s = claim + 70s.
+	require.Equal(t, 1, b.reclaim())
+	got := b.task(v2Task.TaskID)
+	require.Equal(t, vigiltype.TaskScheduled, got.Status, "the stale v2 lease was reclaimed")
+	require.Contains(t, *got.LastError, "lease expired")
+	require.True(t, got.LastActivityAt.Equal(lastActivity), "last_activity_at is kept apart from heartbeats")
+	require.Equal(t, vigiltype.TaskRunning, b.task(v1Task.TaskID).Status, "a v1 lease keeps the heartbeat fallback")
+	require.Equal(t, 2, got.HeartbeatSchemaVersion)
+
+	// The v1 holder stops heartbeating: its lease lapses a window later.
+	b.clock.Advance(time.Minute + time.Millisecond)
+	b.liveness(v1)
+	require.Equal(t, 1, b.reclaim())
+	require.Equal(t, vigiltype.TaskScheduled, b.task(v1Task.TaskID).Status)
+}
+
+// Under the default max policy the same stale v2 heartbeats keep the lease.
+func TestMaxPolicyKeepsLeasesWithHeartbeats(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testserver.WithLeaseTimeout(time.Minute))
+	in := b.register("session", 30)
+	b.enqueue(`{"task_type":"edit"}`)
+	task := b.claimTask(in, "edit")
+	lastActivity := b.clock.Now()
+	for range 5 {
+		b.clock.Advance(20 * time.Second)
+		b.liveness(in)
+		r := b.beat(in, task, activityAt(lastActivity))
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	}
+	require.Equal(t, 0, b.reclaim())
+	require.Equal(t, vigiltype.TaskRunning, b.task(task.TaskID).Status)
+}
+
+func TestActivityGatedTasksDefaultToThirtyMinutes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	task := b.enqueue(`{"task_type":"edit","activity_gated":true}`)
+	require.Equal(t, 1800.0, task.LeaseTimeoutS)
+	own := b.enqueue(`{"task_type":"edit","activity_gated":true,"lease_timeout_s":90}`)
+	require.Equal(t, 90.0, own.LeaseTimeoutS)
+	plain := b.enqueue(`{"task_type":"edit"}`)
+	require.Equal(t, 0.0, plain.LeaseTimeoutS, "the server's window")
+}
+
+func TestClaimByID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	in := b.register("session", 30)
+	first := b.enqueue(`{"task_type":"a"}`)
+	second := b.enqueue(`{"task_type":"b"}`)
+	claim := func(body string) response {
+		return b.do("POST", "/v1/tasks/claim", body, "X-Vigil-Instance-Token", in.Token)
+	}
+	r := claim(`{"instance_id":"` + in.ID + `","task_id":` + itoa(second.TaskID) + `}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	var got vigiltype.Task
+	r.decode(t, &got)
+	require.Equal(t, second.TaskID, got.TaskID, "the named task, not the oldest")
+	require.Equal(t, int64(1), got.LeaseEpoch)
+
+	r = claim(`{"instance_id":"` + in.ID + `","task_id":` + itoa(second.TaskID) + `}`)
+	require.Equal(t, http.StatusConflict, r.status, "%s", r.body)
+	code, _ := r.errorCode(t)
+	require.Equal(t, "not_claimable", code)
+	require.Equal(t, vigiltype.TaskScheduled, b.task(first.TaskID).Status)
+}
+
+func TestHeartbeatVersionsPerHost(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	in := b.register("session", 30) // host-a
+	b.enqueue(`{"task_type":"edit"}`)
+	task := b.claimTask(in, "edit")
+	require.Equal(t, http.StatusOK, b.beat(in, task, "").status)
+	b.clock.Advance(time.Second)
+	require.Equal(t, http.StatusOK, b.beat(in, task, activityAt(b.clock.Now())).status)
+	require.Equal(t, http.StatusOK, b.beat(in, task, activityAt(b.clock.Now())).status)
+
+	r := b.do("GET", "/v1/heartbeat-versions", "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	var view struct {
+		WindowS float64                      `json:"window_s"`
+		Hosts   []vigiltype.HeartbeatVersion `json:"hosts"`
+	}
+	r.decode(t, &view)
+	require.Equal(t, 3600.0, view.WindowS)
+	require.Len(t, view.Hosts, 2)
+	require.Equal(t, vigiltype.HeartbeatVersion{Hostname: "host-a", SchemaVersion: 1, LastSentAt: b.clock.Now().Add(-time.Second), Heartbeats: 1}, view.Hosts[0])
+	require.Equal(t, vigiltype.HeartbeatVersion{Hostname: "host-a", SchemaVersion: 2, LastSentAt: b.clock.Now(), Heartbeats: 2}, view.Hosts[1])
+
+	b.clock.Advance(2 * time.Hour)
+	r = b.do("GET", "/v1/heartbeat-versions?window_s=60", "")
+	r.decode(t, &view)
+	require.Empty(t, view.Hosts, "nothing sent within the window")
+}
+
+func TestHeartbeatBadInput(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	in := b.register("session", 30)
+	b.enqueue(`{"task_type":"edit"}`)
+	b.enqueue(`{"task_type":"other"}`)
+	claimedAt := b.clock.Now()
+	task := b.claimTask(in, "edit")
+	b.clock.Advance(time.Minute)
+	before := b.task(task.TaskID)
+
+	cases := []struct {
+		name, extra, msg string
+	}{
+		{"version 3", `,"schema_version":3`, "schema_version: must be 1 or 2"},
+		{"v2 without activity", `,"schema_version":2`, "activity_at: is required with schema_version 2"},
+		{"v1 with activity", `,"schema_version":1,"activity_at":"` + claimedAt.Format(time.RFC3339) + `"`, "activity_at: is only accepted with schema_version 2"},
+		{"activity in the future", activityAt(b.clock.Now().Add(time.Minute)), "activity_at: must not be in the future"},
+		{"activity before the claim", activityAt(claimedAt.Add(-time.Second)), "activity_at: must not be before the claim"},
+	}
+	for _, c := range cases {
+		r := b.beat(in, task, c.extra)
+		require.Equal(t, http.StatusBadRequest, r.status, "%s: %s", c.name, r.body)
+		_, msg := r.errorCode(t)
+		require.Contains(t, msg, c.msg, c.name)
+	}
+	r := b.beat(in, task, `,"activity_at":"yesterday"`)
+	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+	r = b.leaseOp(in, task.TaskID, task.LeaseEpoch, "complete", activityAt(b.clock.Now()))
+	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+	r = b.do("POST", "/v1/tasks/claim", `{"instance_id":"`+in.ID+`","task_id":2,"task_types":["other"]}`, "X-Vigil-Instance-Token", in.Token)
+	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+	r = b.do("GET", "/v1/heartbeat-versions?window_s=-5", "")
+	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+
+	require.Equal(t, before, b.task(task.TaskID), "refused heartbeats changed the task")
+	require.Equal(t, vigiltype.TaskScheduled, b.task(2).Status)
+	r = b.do("GET", "/v1/heartbeat-versions", "")
+	require.JSONEq(t, `{"window_s":3600,"hosts":[]}`, string(r.body), "refused heartbeats were counted")
+}
