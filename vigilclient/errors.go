@@ -22,6 +22,8 @@ const (
 	CodeStaleEpoch       = "stale_epoch"        // 409: lease not held at that epoch by that instance
 	CodeInstanceExited   = "instance_exited"    // 409: the instance already reported its exit
 	CodeInstanceStopped  = "instance_stopped"   // 409: a claim by an instance past its alive window
+	CodeConflict         = "conflict"           // 409: a compare-and-swap lost a race
+	CodeNotClaimable     = "not_claimable"      // 409: a claim by id of a task not waiting to be claimed
 	CodePayloadTooLarge  = "payload_too_large"  // 413: body over 1 MiB
 	CodeInternal         = "internal"           // 500: a server fault
 )
@@ -63,6 +65,8 @@ var sentinels = map[string]error{
 	CodeInvalidToken:    vigiltype.ErrInvalidToken,
 	CodeInstanceExited:  vigiltype.ErrInstanceExited,
 	CodeInstanceStopped: vigiltype.ErrInstanceStopped,
+	CodeConflict:        vigiltype.ErrConflict,
+	CodeNotClaimable:    vigiltype.ErrNotClaimable,
 	CodeUnauthorized:    vigiltype.ErrUnauthorized,
 }
 

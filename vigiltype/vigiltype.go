@@ -9,6 +9,7 @@ package vigiltype
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -148,6 +149,84 @@ type HeartbeatVersion struct {
 	Heartbeats int64 `json:"heartbeats"`
 }
 
+// AgentStatus is an agent's declared status in the registry: durable
+// intent, never inferred from a live process (DESIGN R1, F2).
+type AgentStatus string
+
+const (
+	AgentActive  AgentStatus = "active"  // should be running
+	AgentStopped AgentStatus = "stopped" // stopped on purpose (stopped_at set)
+)
+
+// Agent is a registry record (DESIGN R1): a named, always-on worker. Its
+// processes report Name as their kind.
+type Agent struct {
+	Name     string `json:"name"`
+	Function string `json:"function"`
+	// TickCron is a standard 5-field cron spec, or "" for none.
+	TickCron string `json:"tick_cron"`
+	// Config is opaque to vigil: the caller's construction details.
+	Config    json.RawMessage `json:"config"`
+	Status    AgentStatus     `json:"status"`
+	CreatedAt time.Time       `json:"created_at"`
+	UpdatedAt time.Time       `json:"updated_at"`
+	StoppedAt *time.Time      `json:"stopped_at"`
+	// Version grows with every write; an update names the version it read
+	// (compare-and-swap) and fails with ErrConflict when it moved.
+	Version int64 `json:"version"`
+}
+
+// EventKind is the kind of a process event (DESIGN E1).
+type EventKind string
+
+const (
+	EventExit           EventKind = "exit"            // the agent's process exited
+	EventStallKill      EventKind = "stall_kill"      // killed for running a task past stall_after
+	EventLaunchFailure  EventKind = "launch_failure"  // the command could not be started
+	EventFlapping       EventKind = "flapping"        // too many exits in a window
+	EventStartupTimeout EventKind = "startup_timeout" // no instance registered in time
+)
+
+// Valid reports whether k is a known event kind.
+func (k EventKind) Valid() bool {
+	switch k {
+	case EventExit, EventStallKill, EventLaunchFailure, EventFlapping, EventStartupTimeout:
+		return true
+	}
+	return false
+}
+
+// DeliverySuppressed is the delivery_kind of an event written while a
+// planned stop covered it (DESIGN E2): delivered at once, nobody alerted.
+const DeliverySuppressed = "suppressed"
+
+// ProcessEvent is a durable record of an unexpected exit, a stall kill or a
+// launch failure (DESIGN E1). DeliveredAt is set when a consumer (or a
+// planned stop) has dealt with it.
+type ProcessEvent struct {
+	EventID       int64           `json:"event_id"`
+	Agent         string          `json:"agent"`
+	Kind          EventKind       `json:"kind"`
+	At            time.Time       `json:"at"`
+	ExitCode      *int            `json:"exit_code"`
+	Signal        string          `json:"signal,omitempty"`
+	RunDurationMS int64           `json:"run_duration_ms"`
+	StderrTail    string          `json:"stderr_tail,omitempty"` // last lines of stderr
+	Detail        json.RawMessage `json:"detail"`                // kind-specific, opaque
+	DeliveredAt   *time.Time      `json:"delivered_at"`
+	DeliveryKind  *string         `json:"delivery_kind"`
+}
+
+// PlannedStop says an operator stops an agent on purpose: exits of that
+// agent between CreatedAt and ExpiresAt are written already delivered,
+// delivery_kind "suppressed" (DESIGN E2).
+type PlannedStop struct {
+	Agent     string    `json:"agent"`
+	Reason    string    `json:"reason"`
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
 // SweeperKind is the kind every Sweeper reports.
 const SweeperKind = "sweeper"
 
@@ -168,6 +247,9 @@ var (
 	// shows stopped, so it may not claim work until a heartbeat brings it
 	// back. HTTP 409.
 	ErrInstanceStopped = errors.New("instance is stopped: send a liveness heartbeat first")
+	// ErrConflict: a compare-and-swap lost a race (the record's version
+	// moved since it was read); nothing was written. HTTP 409.
+	ErrConflict = errors.New("conflict: the record changed since it was read")
 	// ErrNotClaimable: a claim by task id named a task that is not waiting
 	// to be claimed (running, finished, or its run_after is later). HTTP 409.
 	ErrNotClaimable = errors.New("task is not claimable")
@@ -213,4 +295,10 @@ func CheckName(field, value string) error {
 		}
 	}
 	return nil
+}
+
+// CleanText makes free text storable on every backend: invalid UTF-8 and
+// NUL (which PostgreSQL text cannot hold) become U+FFFD.
+func CleanText(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }

@@ -86,11 +86,12 @@ Then ask it:                             vigil ps; vigil tasks ls; vigil sweeper
 	root.SetErr(stderr)
 	root.AddGroup(
 		&cobra.Group{ID: "server", Title: "Server:"},
-		&cobra.Group{ID: "query", Title: "Processes and tasks:"},
+		&cobra.Group{ID: "query", Title: "Processes, tasks, agents and events:"},
 	)
 	root.AddCommand(
 		newServeCmd(), newUpCmd(), newMigrateCmd(),
 		newPsCmd(), newStatusCmd(), newPruneCmd(), newTasksCmd(), newSweepersCmd(),
+		newAgentsCmd(), newEventsCmd(),
 	)
 	return root
 }

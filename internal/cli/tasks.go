@@ -243,6 +243,12 @@ func taskDetail(cmd *cobra.Command, t *vigiltype.Task) error {
 // readPayload returns the --payload value as JSON: inline, @FILE or - for
 // standard input; nil when empty (the server stores {}).
 func readPayload(cmd *cobra.Command, v string) (json.RawMessage, error) {
+	return jsonFlagValue(cmd, "--payload", v)
+}
+
+// readJSONValue reads JSON given inline, as @FILE or as - (standard
+// input); nil when v is empty.
+func readJSONValue(cmd *cobra.Command, v string) (json.RawMessage, error) {
 	var (
 		data []byte
 		err  error
@@ -258,7 +264,7 @@ func readPayload(cmd *cobra.Command, v string) (json.RawMessage, error) {
 		data = []byte(v)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("--payload: %w", err)
+		return nil, err
 	}
 	data = bytes.TrimSpace(data)
 	if !json.Valid(data) {
@@ -266,7 +272,7 @@ func readPayload(cmd *cobra.Command, v string) (json.RawMessage, error) {
 		if len(shown) > 80 {
 			shown = shown[:80] + "…"
 		}
-		return nil, fmt.Errorf("--payload: must be valid JSON, got %q", shown)
+		return nil, fmt.Errorf("must be valid JSON, got %q", shown)
 	}
 	return data, nil
 }

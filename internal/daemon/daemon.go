@@ -15,9 +15,11 @@ import (
 	"time"
 
 	"github.com/vigil-fleet/vigil/internal/clock"
+	"github.com/vigil-fleet/vigil/internal/events"
 	"github.com/vigil-fleet/vigil/internal/httpapi"
 	"github.com/vigil-fleet/vigil/internal/lease"
 	"github.com/vigil-fleet/vigil/internal/liveness"
+	"github.com/vigil-fleet/vigil/internal/registry"
 	"github.com/vigil-fleet/vigil/internal/store"
 	"github.com/vigil-fleet/vigil/internal/sweeper"
 )
@@ -55,6 +57,8 @@ type Daemon struct {
 	store    store.Store
 	synced   *clock.Synced // the database's clock, on a shared backend
 	Liveness *liveness.Service
+	Registry *registry.Service
+	Events   *events.Service
 	Lease    *lease.Service
 	sweepers []*sweeper.Sweeper
 	listener net.Listener
@@ -105,6 +109,8 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		cfg.Clock = d.synced
 	}
 	d.Liveness = liveness.New(st, cfg.Clock)
+	d.Registry = registry.New(st, cfg.Clock)
+	d.Events = events.New(st, cfg.Clock)
 	d.Lease, err = lease.New(lease.Config{
 		Store: st, Liveness: d.Liveness, Clock: cfg.Clock,
 		LeaseTimeout: cfg.LeaseTimeout, ExpiryPolicy: cfg.LeaseExpiry,
@@ -130,7 +136,8 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	d.server = &http.Server{
 		Handler: httpapi.New(httpapi.Config{
-			Liveness: d.Liveness, Lease: d.Lease, Store: st, Logger: cfg.Logger, Token: token,
+			Liveness: d.Liveness, Lease: d.Lease, Registry: d.Registry, Events: d.Events,
+			Store: st, Logger: cfg.Logger, Token: token,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second, // a client trickling a body cannot hold a connection

@@ -31,7 +31,9 @@ func (b *testBundle) reclaim() int {
 	return n
 }
 
-func activityAt(t time.Time) string { return `,"schema_version":2,"activity_at":"` + t.Format(time.RFC3339Nano) + `"` }
+func activityAt(t time.Time) string {
+	return `,"schema_version":2,"activity_at":"` + t.Format(time.RFC3339Nano) + `"`
+}
 
 // DESIGN T4, the activity policy: a v2 lease whose activity is stale
 // expires although heartbeats keep arriving; a v1 lease does not until its

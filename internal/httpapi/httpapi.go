@@ -16,8 +16,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vigil-fleet/vigil/internal/events"
 	"github.com/vigil-fleet/vigil/internal/lease"
 	"github.com/vigil-fleet/vigil/internal/liveness"
+	"github.com/vigil-fleet/vigil/internal/registry"
 	"github.com/vigil-fleet/vigil/internal/store"
 	"github.com/vigil-fleet/vigil/vigiltype"
 )
@@ -33,6 +35,8 @@ const InstanceTokenHeader = "X-Vigil-Instance-Token"
 type Config struct {
 	Liveness *liveness.Service
 	Lease    *lease.Service
+	Registry *registry.Service
+	Events   *events.Service
 	Store    store.Store // sweeper status reads
 	Logger   *slog.Logger
 	// Token, when set, is required as "Authorization: Bearer <Token>" on
@@ -69,6 +73,7 @@ func New(cfg Config) http.Handler {
 
 	mux.HandleFunc("GET /v1/sweepers", a.sweepers)
 	mux.HandleFunc("GET /v1/heartbeat-versions", a.heartbeatVersions)
+	a.routeRegistry(mux)
 	// Literal segments that GET /v1/…/{id} would otherwise take for an id.
 	mux.HandleFunc("GET /v1/tasks/claim", onlyPost)
 	mux.HandleFunc("GET /v1/processes/prune", onlyPost)
@@ -492,6 +497,8 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status, code = http.StatusConflict, "instance_stopped"
 	case errors.Is(err, vigiltype.ErrNotClaimable):
 		status, code = http.StatusConflict, "not_claimable"
+	case errors.Is(err, vigiltype.ErrConflict):
+		status, code = http.StatusConflict, "conflict"
 	case errors.Is(err, vigiltype.ErrInvalidToken):
 		status, code = http.StatusForbidden, "invalid_token"
 	case errors.Is(err, vigiltype.ErrUnauthorized):

@@ -411,8 +411,7 @@ func (s *Service) Fail(ctx context.Context, l Lease, msg string, retryAfter time
 	if msg == "" {
 		return nil, vigiltype.Invalid("error", "is required: say why the task failed")
 	}
-	msg = strings.ToValidUTF8(msg, "\uFFFD")
-	msg = strings.ReplaceAll(msg, "\x00", "\uFFFD") // PostgreSQL text cannot hold NUL
+	msg = vigiltype.CleanText(msg)
 	if len(msg) > ErrorMaxBytes {
 		msg = strings.ToValidUTF8(msg[:ErrorMaxBytes], "")
 	}

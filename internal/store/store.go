@@ -102,6 +102,41 @@ type Store interface {
 	// "all hosts emit v2" check).
 	HeartbeatVersionList(ctx context.Context, since time.Time) ([]*vigiltype.HeartbeatVersion, error)
 
+	// AgentRegister writes an agent record unconditionally (DESIGN R1): a
+	// record of that name is replaced — created_at = updated_at = Now,
+	// status active, stopped_at cleared, config as given — and the version
+	// moves on (old version + 1, or 1), so a concurrent update's CAS fails.
+	AgentRegister(ctx context.Context, p AgentRegisterParams) (*vigiltype.Agent, error)
+	// AgentGet returns one record, ErrNotFound when there is none.
+	AgentGet(ctx context.Context, name string) (*vigiltype.Agent, error)
+	// AgentList returns every record, stopped ones included, oldest first
+	// (created_at, then name).
+	AgentList(ctx context.Context) ([]*vigiltype.Agent, error)
+	// AgentUpdate changes the non-nil fields of a record whose version is
+	// still Version (compare-and-swap), bumping the version and updated_at.
+	// ErrNotFound, or ErrConflict when the version moved; nothing written.
+	AgentUpdate(ctx context.Context, p AgentUpdateParams) (*vigiltype.Agent, error)
+	// AgentSetStatus marks a record stopped (stopped_at = Now) or active
+	// (stopped_at cleared), bumping the version. ErrNotFound.
+	AgentSetStatus(ctx context.Context, name string, status vigiltype.AgentStatus, now time.Time) (*vigiltype.Agent, error)
+
+	// EventRecord appends a process event at p.At. If an unexpired planned
+	// stop of that agent covers p.At (created_at <= At <= expires_at), the
+	// event is written already delivered: delivered_at = At, delivery_kind
+	// "suppressed" (DESIGN E2). Suppressed events are still recorded.
+	EventRecord(ctx context.Context, p EventRecordParams) (*vigiltype.ProcessEvent, error)
+	// EventList returns events newest first (event_id desc), filtered.
+	EventList(ctx context.Context, p EventListParams) ([]*vigiltype.ProcessEvent, error)
+	// EventAck marks an event delivered (delivered_at = Now, delivery_kind
+	// = Kind) unless it already is, and returns it as stored. ErrNotFound.
+	EventAck(ctx context.Context, eventID int64, kind string, now time.Time) (*vigiltype.ProcessEvent, error)
+	// PlannedStopWrite records (replacing any earlier one) a planned stop
+	// of an agent: created_at = Now, expires_at = Now + TTL.
+	PlannedStopWrite(ctx context.Context, p PlannedStopParams) (*vigiltype.PlannedStop, error)
+	// PlannedStopGet returns an agent's planned stop marker if it covers
+	// now, ErrNotFound otherwise.
+	PlannedStopGet(ctx context.Context, agent string, now time.Time) (*vigiltype.PlannedStop, error)
+
 	// SweeperRecord upserts one sweeper's status by name.
 	SweeperRecord(ctx context.Context, s *vigiltype.Sweeper) error
 	// SweeperList returns every sweeper's status ordered by name.
@@ -245,4 +280,52 @@ type TaskReclaimParams struct {
 // (DESIGN L3). A backend for one host (SQLite) does not implement it.
 type Clocked interface {
 	Now(ctx context.Context) (time.Time, error)
+}
+
+// AgentRegisterParams is a whole agent record. Config nil is stored as null.
+type AgentRegisterParams struct {
+	Name     string
+	Function string
+	TickCron string
+	Config   json.RawMessage
+	Now      time.Time
+}
+
+// AgentUpdateParams changes the non-nil fields of one record, if its
+// version is still Version.
+type AgentUpdateParams struct {
+	Name     string
+	Version  int64
+	Function *string
+	TickCron *string
+	Config   json.RawMessage // nil: unchanged
+	Now      time.Time
+}
+
+// EventRecordParams is one process event.
+type EventRecordParams struct {
+	Agent         string
+	Kind          vigiltype.EventKind
+	At            time.Time
+	ExitCode      *int
+	Signal        string
+	RunDurationMS int64
+	StderrTail    string
+	Detail        json.RawMessage // nil: null
+}
+
+// EventListParams filters a listing; zero fields do not filter.
+type EventListParams struct {
+	Agent       string
+	Undelivered bool // only events with delivered_at NULL
+	BeforeID    int64
+	Limit       int // <= 0: no limit
+}
+
+// PlannedStopParams is one planned stop marker.
+type PlannedStopParams struct {
+	Agent  string
+	Reason string
+	TTL    time.Duration
+	Now    time.Time
 }

@@ -11,6 +11,12 @@
 //     and whose UPDATE repeats the reclaim predicate, so two servers
 //     sweeping at once reclaim each expired lease exactly once, and a task
 //     completed or re-claimed in between is left alone.
+//   - AgentUpdate's compare-and-swap is its UPDATE's WHERE clause (name and
+//     version): of two servers updating from one version, the second waits
+//     for the row lock, then matches nothing and reports ErrConflict.
+//     EventAck keeps the first acknowledgement the same way.
+//   - Event ids may commit out of order; EventList says how a consumer
+//     reads every event regardless.
 //   - Migrations run at Open in one transaction that first takes a
 //     transaction-level advisory lock (pg_advisory_xact_lock) for the schema,
 //     so servers starting together apply each migration once.

@@ -617,6 +617,18 @@ func TestValuesPostgreSQLCannotStore(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, task, got)
 
+	// So is such text in an agent record or a process event; nothing is
+	// written.
+	_, err = s.AgentRegister(ctx, store.AgentRegisterParams{Name: "research", Function: "bad\x00function", Now: t0})
+	require.ErrorIs(t, err, vigiltype.ErrInvalid)
+	_, err = s.AgentGet(ctx, "research")
+	require.ErrorIs(t, err, vigiltype.ErrNotFound)
+	_, err = s.EventRecord(ctx, store.EventRecordParams{Agent: "research", Kind: vigiltype.EventExit, At: t0, StderrTail: "bad\x00tail"})
+	require.ErrorIs(t, err, vigiltype.ErrInvalid)
+	events, err := s.EventList(ctx, store.EventListParams{})
+	require.NoError(t, err)
+	require.Empty(t, events)
+
 	// A duplicate instance is refused with sqlitestore's words.
 	_, err = s.ProcessRegister(ctx, store.ProcessRegisterParams{
 		InstanceID: "w", TokenHash: "h2", ProcessKind: "k", Hostname: "h", PID: 1, LivenessIntervalS: 1, Now: t0,
@@ -625,7 +637,8 @@ func TestValuesPostgreSQLCannotStore(t *testing.T) {
 }
 
 // TestOrderingColumnsAreByteOrdered: the columns listings order by compare
-// bytes (COLLATE "C"), like SQLite, whatever the database's collation.
+// bytes (COLLATE "C"), like SQLite, whatever the database's collation; so
+// do the agent names that key the registry, events and planned stops.
 func TestOrderingColumnsAreByteOrdered(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
@@ -633,8 +646,8 @@ func TestOrderingColumnsAreByteOrdered(t *testing.T) {
 	rows, err := rawPool(t, url).Query(t.Context(), `
 		SELECT table_name || '.' || column_name, coalesce(collation_name, '')
 		FROM information_schema.columns
-		WHERE table_schema = current_schema() AND column_name IN ('instance_id', 'name', 'hostname')
-			AND table_name IN ('processes', 'sweepers', 'heartbeat_versions')
+		WHERE table_schema = current_schema() AND column_name IN ('instance_id', 'name', 'hostname', 'agent')
+			AND table_name IN ('processes', 'sweepers', 'heartbeat_versions', 'agents', 'process_events', 'planned_stops')
 			AND (table_name, column_name) <> ('processes', 'hostname') -- filtered on, never ordered by
 		ORDER BY 1`)
 	require.NoError(t, err)
@@ -645,7 +658,8 @@ func TestOrderingColumnsAreByteOrdered(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, [][2]string{
-		{"heartbeat_versions.hostname", "C"}, {"processes.instance_id", "C"}, {"sweepers.name", "C"},
+		{"agents.name", "C"}, {"heartbeat_versions.hostname", "C"}, {"planned_stops.agent", "C"},
+		{"process_events.agent", "C"}, {"processes.instance_id", "C"}, {"sweepers.name", "C"},
 	}, got)
 }
 
@@ -669,7 +683,7 @@ func TestMigrationsMatchSQLite(t *testing.T) {
 }
 
 // TestUpgradeFrom001 opens a schema that has only 001_initial, with a task
-// claimed before 002_activity existed: Open applies 002 alone, the task
+// claimed before 002_activity existed: Open applies 002 and 003, the task
 // reads with no activity and heartbeat version 0, and a v2 heartbeat takes
 // its claim (started_at) as the activity it never moves back from.
 func TestUpgradeFrom001(t *testing.T) {
@@ -703,7 +717,7 @@ func TestUpgradeFrom001(t *testing.T) {
 
 	applied, err := MigrateOnly(ctx, url)
 	require.NoError(t, err)
-	require.Equal(t, []string{"002_activity"}, applied)
+	require.Equal(t, []string{"002_activity", "003_registry_events"}, applied)
 	s := openTestStore(t, url)
 
 	task, err := s.TaskGet(ctx, taskID)
@@ -757,4 +771,48 @@ func TestClaimByIDNeverWaits(t *testing.T) {
 	task, err := s.TaskClaim(ctx, store.TaskClaimParams{InstanceID: "w", TaskID: taskID, LeaseTimeout: time.Minute, Now: t0})
 	require.NoError(t, err)
 	require.Equal(t, taskID, task.TaskID)
+}
+
+// TestEventIDsCommitOutOfOrder pins down the event cursor rule with several
+// writers (STYLE: an auto-increment cursor is only safe with one writer):
+// an event whose transaction commits after a higher id is missed by a
+// reader paging back by BeforeID past it, and is still found by the next
+// poll of the undelivered events, which is how a consumer must read them.
+func TestEventIDsCommitOutOfOrder(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := pgtest.URL(t)
+	s := openTestStore(t, url)
+
+	// Another server's insert takes the lower id and commits last.
+	tx, err := rawPool(t, url).Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	var lateID int64
+	require.NoError(t, tx.QueryRow(ctx, `
+		INSERT INTO process_events (agent, kind, at, signal, run_duration_ms, stderr_tail)
+		VALUES ('research', 'exit', $1, '', 0, '') RETURNING event_id`, t0).Scan(&lateID))
+	early, err := s.EventRecord(ctx, store.EventRecordParams{Agent: "research", Kind: vigiltype.EventExit, At: t0})
+	require.NoError(t, err)
+	require.Greater(t, early.EventID, lateID)
+
+	// A reader pages: the newest page holds only the committed event, and
+	// the next page (below it) is empty.
+	page, err := s.EventList(ctx, store.EventListParams{Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, page, 1)
+	require.Equal(t, early.EventID, page[0].EventID)
+	_, err = s.EventAck(ctx, early.EventID, "slack", t0)
+	require.NoError(t, err)
+	page, err = s.EventList(ctx, store.EventListParams{BeforeID: early.EventID, Limit: 1})
+	require.NoError(t, err)
+	require.Empty(t, page)
+
+	// The late event commits: a paging reader already went past its id, a
+	// consumer polling the undelivered events finds it.
+	require.NoError(t, tx.Commit(ctx))
+	undelivered, err := s.EventList(ctx, store.EventListParams{Undelivered: true})
+	require.NoError(t, err)
+	require.Len(t, undelivered, 1)
+	require.Equal(t, lateID, undelivered[0].EventID)
 }

@@ -213,7 +213,7 @@ func TestConcurrentWritersAcrossStores(t *testing.T) {
 }
 
 // TestUpgradeFrom001 opens a database that has only 001_initial, with a
-// task claimed before 002_activity existed: Open applies 002 alone, the
+// task claimed before 002_activity existed: Open applies 002 and 003, the
 // task reads with no activity and heartbeat version 0, and a v2 heartbeat
 // takes its claim (started_at) as the activity it never moves back from.
 func TestUpgradeFrom001(t *testing.T) {
@@ -251,7 +251,7 @@ func TestUpgradeFrom001(t *testing.T) {
 	s, err := Open(ctx, path)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
-	require.Equal(t, []string{"002_activity"}, s.applied)
+	require.Equal(t, []string{"002_activity", "003_registry_events"}, s.applied)
 
 	task, err := s.TaskGet(ctx, taskID)
 	require.NoError(t, err)

@@ -1,0 +1,154 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+
+	"github.com/vigil-fleet/vigil/internal/events"
+	"github.com/vigil-fleet/vigil/internal/registry"
+	"github.com/vigil-fleet/vigil/vigiltype"
+)
+
+// routeRegistry adds the agent registry and process event endpoints
+// (DESIGN R1, E1, E2).
+func (a *api) routeRegistry(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/agents", a.agentRegister)
+	mux.HandleFunc("GET /v1/agents", a.agentList)
+	mux.HandleFunc("GET /v1/agents/{name}", a.agentGet)
+	mux.HandleFunc("PATCH /v1/agents/{name}", a.agentUpdate)
+	mux.HandleFunc("POST /v1/agents/{name}/mark-stopped", a.agentMark(a.Registry.MarkStopped))
+	mux.HandleFunc("POST /v1/agents/{name}/mark-active", a.agentMark(a.Registry.MarkActive))
+	mux.HandleFunc("POST /v1/agents/{name}/planned-stop", a.plannedStop)
+
+	mux.HandleFunc("POST /v1/events", a.eventRecord)
+	mux.HandleFunc("GET /v1/events", a.eventList)
+	mux.HandleFunc("POST /v1/events/{id}/ack", a.eventAck)
+}
+
+func (a *api) agentRegister(w http.ResponseWriter, r *http.Request) {
+	var p registry.RegisterParams
+	if !a.decode(w, r, &p) {
+		return
+	}
+	ag, err := a.Registry.Register(r.Context(), p)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, ag)
+}
+
+func (a *api) agentList(w http.ResponseWriter, r *http.Request) {
+	list, err := a.Registry.List(r.Context())
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if list == nil {
+		list = []*vigiltype.Agent{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"agents": list})
+}
+
+func (a *api) agentGet(w http.ResponseWriter, r *http.Request) {
+	ag, err := a.Registry.Get(r.Context(), r.PathValue("name"))
+	a.respond(w, r, ag, err)
+}
+
+func (a *api) agentUpdate(w http.ResponseWriter, r *http.Request) {
+	var p registry.UpdateParams
+	if !a.decode(w, r, &p) {
+		return
+	}
+	ag, err := a.Registry.Update(r.Context(), r.PathValue("name"), p)
+	a.respond(w, r, ag, err)
+}
+
+func (a *api) agentMark(mark func(ctx context.Context, name string) (*vigiltype.Agent, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ag, err := mark(r.Context(), r.PathValue("name"))
+		a.respond(w, r, ag, err)
+	}
+}
+
+func (a *api) plannedStop(w http.ResponseWriter, r *http.Request) {
+	var p events.PlannedStopParams
+	if !a.decode(w, r, &p) {
+		return
+	}
+	m, err := a.Events.PlannedStop(r.Context(), r.PathValue("name"), p)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, m)
+}
+
+func (a *api) eventRecord(w http.ResponseWriter, r *http.Request) {
+	var p events.RecordParams
+	if !a.decode(w, r, &p) {
+		return
+	}
+	e, err := a.Events.Record(r.Context(), p)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, e)
+}
+
+func (a *api) eventList(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, ok := a.queryInt(w, r, "limit")
+	if !ok {
+		return
+	}
+	before, ok := a.queryInt(w, r, "cursor")
+	if !ok {
+		return
+	}
+	undelivered := false
+	if s := q.Get("undelivered"); s != "" {
+		v, err := strconv.ParseBool(s)
+		if err != nil {
+			a.fail(w, r, vigiltype.Invalid("undelivered", "must be true or false"))
+			return
+		}
+		undelivered = v
+	}
+	list, next, err := a.Events.List(r.Context(), events.ListParams{
+		Agent: q.Get("agent"), Undelivered: undelivered, Limit: limit, BeforeID: int64(before),
+	})
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if list == nil {
+		list = []*vigiltype.ProcessEvent{}
+	}
+	var nextCursor *string
+	if next != 0 {
+		nextCursor = optString(strconv.FormatInt(next, 10))
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Events     []*vigiltype.ProcessEvent `json:"events"`
+		NextCursor *string                   `json:"next_cursor"`
+	}{list, nextCursor})
+}
+
+func (a *api) eventAck(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		a.fail(w, r, vigiltype.Invalid("event_id", "must be a positive integer"))
+		return
+	}
+	var p struct {
+		DeliveryKind string `json:"delivery_kind"`
+	}
+	if !a.decode(w, r, &p) {
+		return
+	}
+	e, err := a.Events.Ack(r.Context(), id, p.DeliveryKind)
+	a.respond(w, r, e, err)
+}
