@@ -2,15 +2,19 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/vigil-fleet/vigil/internal/daemon"
+	"github.com/vigil-fleet/vigil/internal/events"
+	"github.com/vigil-fleet/vigil/internal/registry"
 	"github.com/vigil-fleet/vigil/internal/supervisor"
 )
 
@@ -81,10 +85,23 @@ Fleet file:
 			sup, err := supervisor.New(supervisor.Config{
 				Agents: fleet.Agents, ExtraEnv: extraEnv, Backoff: backoff, StopGrace: stopGrace,
 				Logger: logger, Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
+				Events: eventRecorder{d.Events},
 			})
 			if err != nil {
 				_ = d.Stop()
 				return err
+			}
+			// The fleet's agents are registered (replacing earlier records),
+			// so the registry says what this host is meant to run.
+			for _, a := range fleet.Agents {
+				function := strings.Join(a.Command, " ")
+				if len(function) > registry.FunctionMaxLen {
+					function = strings.ToValidUTF8(function[:registry.FunctionMaxLen], "")
+				}
+				if _, err := d.Registry.Register(ctx, registry.RegisterParams{Name: a.Name, Function: function}); err != nil {
+					_ = d.Stop()
+					return fmt.Errorf("register agent %s: %w", a.Name, err)
+				}
 			}
 			d.Start(ctx)
 			logger.Info("supervising fleet", "fleet", fleetPath, "agents", len(fleet.Agents))
@@ -119,4 +136,24 @@ func checkBackoff(b supervisor.BackoffPolicy) error {
 		return fmt.Errorf("--backoff-max (%s) must not be below --backoff-min (%s)", b.Max, b.Min)
 	}
 	return nil
+}
+
+// eventRecorder writes the supervisor's process events through the
+// in-process events service (the same one /v1/events serves).
+type eventRecorder struct{ svc *events.Service }
+
+func (r eventRecorder) RecordEvent(ctx context.Context, e supervisor.Event) error {
+	var detail json.RawMessage
+	if e.Detail != nil {
+		raw, err := json.Marshal(e.Detail)
+		if err != nil {
+			return fmt.Errorf("event detail: %w", err)
+		}
+		detail = raw
+	}
+	_, err := r.svc.Record(ctx, events.RecordParams{
+		Agent: e.Agent, Kind: e.Kind, ExitCode: e.ExitCode, Signal: e.Signal,
+		RunDurationMS: e.RunDuration.Milliseconds(), StderrTail: e.StderrTail, Detail: detail,
+	})
+	return err
 }

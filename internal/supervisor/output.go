@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 )
@@ -95,4 +96,37 @@ func copyLines(w io.Writer, r io.Reader, prefix []byte) {
 			return
 		}
 	}
+}
+
+// stderrTailLines is how many of a child's last stderr lines go with its
+// exit event.
+const stderrTailLines = 20
+
+// lineTail keeps the last n lines written to it (each Write is one line, as
+// copyLines writes them), without the "[name] " prefix copyLines adds. It is
+// safe for concurrent use.
+type lineTail struct {
+	mu     sync.Mutex
+	n      int
+	prefix string
+	lines  []string
+}
+
+func newLineTail(n int, agent string) *lineTail { return &lineTail{n: n, prefix: "[" + agent + "] "} }
+
+func (t *lineTail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.lines = append(t.lines, strings.TrimPrefix(string(p), t.prefix))
+	if len(t.lines) > t.n {
+		t.lines = t.lines[len(t.lines)-t.n:]
+	}
+	return len(p), nil
+}
+
+// String is the kept lines, oldest first.
+func (t *lineTail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.Join(t.lines, "")
 }

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/vigil-fleet/vigil/vigiltype"
 )
 
 // StopGraceDefault is how long a stopping agent's process group has between
@@ -56,7 +58,31 @@ type Config struct {
 	// line prefixed with "[<agent name>] ". Writes are serialised.
 	// Default os.Stdout and os.Stderr.
 	Stdout, Stderr io.Writer
+	// Events receives a process event for every unexpected exit and launch
+	// failure (DESIGN E1); none for the stops of the supervisor's own
+	// shutdown (S3). Optional. Recording is best effort: a failure is logged.
+	Events EventSink
 }
+
+// EventSink records the supervisor's process events.
+type EventSink interface {
+	RecordEvent(ctx context.Context, e Event) error
+}
+
+// Event is one process event as the supervisor sees it.
+type Event struct {
+	Agent       string
+	Kind        vigiltype.EventKind
+	ExitCode    *int   // nil when killed by a signal, or never started
+	Signal      string // e.g. "killed"; "" unless killed by a signal
+	RunDuration time.Duration
+	StderrTail  string // the child's last stderr lines (stderrTailLines)
+	Detail      map[string]any
+}
+
+// eventTimeout bounds one event write, so that a slow server never holds up
+// a restart.
+const eventTimeout = 5 * time.Second
 
 // AgentStatus is a point-in-time view of one supervised agent.
 type AgentStatus struct {
@@ -88,6 +114,7 @@ type Supervisor struct {
 	logger    *slog.Logger
 	stdout    io.Writer
 	stderr    io.Writer
+	events    EventSink
 
 	ran atomic.Bool
 
@@ -146,6 +173,7 @@ func New(cfg Config) (*Supervisor, error) {
 		logger:    cmp.Or(cfg.Logger, slog.Default()),
 		stdout:    syncWriter{mu: &outMu, w: stdout},
 		stderr:    syncWriter{mu: &outMu, w: stderr},
+		events:    cfg.Events,
 		status:    status,
 	}, nil
 }
@@ -219,6 +247,8 @@ func (s *Supervisor) runOnce(ctx context.Context, i int, log *slog.Logger) (runT
 	if err != nil {
 		log.Error("agent launch failed", "command", a.Command, "dir", a.Dir, "err", err)
 		s.recordExit(i, "launch failed: "+err.Error())
+		s.report(log, Event{Agent: a.Name, Kind: vigiltype.EventLaunchFailure,
+			Detail: map[string]any{"error": err.Error(), "command": a.Command}})
 		s.testSignals.launchFailed.signal(err)
 		return 0, false
 	}
@@ -231,6 +261,8 @@ func (s *Supervisor) runOnce(ctx context.Context, i int, log *slog.Logger) (runT
 	s.testSignals.started.signal(pid)
 	// Copy output only now, so that a line from the child is never seen
 	// before Status and the log show the child running.
+	tail := newLineTail(stderrTailLines, a.Name)
+	pipes[1].w = io.MultiWriter(pipes[1].w, tail)
 	out := startOutputCopy(a.Name, pipes...)
 
 	waited := make(chan struct{})
@@ -249,6 +281,10 @@ func (s *Supervisor) runOnce(ctx context.Context, i int, log *slog.Logger) (runT
 			log.Warn("agent left processes in its group; stopping them", "pgid", pid)
 			s.stopGroup(log, pid, waited)
 		}
+		out.finish(outputDrainTimeout)
+		s.report(log, exitEvent(a.Name, cmd.ProcessState, runTime, tail.String()))
+		s.testSignals.exited.signal(s.Status()[i].LastExit)
+		return runTime, true
 	case <-ctx.Done():
 		s.stopGroup(log, pid, waited)
 		runTime = time.Since(started)
@@ -257,6 +293,33 @@ func (s *Supervisor) runOnce(ctx context.Context, i int, log *slog.Logger) (runT
 	out.finish(outputDrainTimeout)
 	s.testSignals.exited.signal(s.Status()[i].LastExit)
 	return runTime, true
+}
+
+// report records e with the event sink, if there is one.
+func (s *Supervisor) report(log *slog.Logger, e Event) {
+	if s.events == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), eventTimeout)
+	defer cancel()
+	if err := s.events.RecordEvent(ctx, e); err != nil {
+		log.Error("record process event", "kind", e.Kind, "err", err)
+	}
+}
+
+// exitEvent describes an exit: the code, or the signal that killed it.
+func exitEvent(agent string, state *os.ProcessState, runTime time.Duration, stderrTail string) Event {
+	e := Event{Agent: agent, Kind: vigiltype.EventExit, RunDuration: runTime, StderrTail: stderrTail}
+	if state == nil {
+		return e
+	}
+	if sig, ok := exitSignal(state); ok {
+		e.Signal = sig
+	} else {
+		code := state.ExitCode()
+		e.ExitCode = &code
+	}
+	return e
 }
 
 // recordExit marks agent i not running, desc describing how it ended.

@@ -1,0 +1,89 @@
+package cli
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vigil-fleet/vigil/vigilclient"
+	"github.com/vigil-fleet/vigil/vigiltype"
+)
+
+// lockedBuffer is an io.Writer safe for the supervisor's and the logger's
+// concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// vigil up registers the fleet's agents and records an agent's crash as a
+// process event with its exit code and last stderr lines.
+func TestUpRegistersAgentsAndRecordsExits(t *testing.T) {
+	dir := t.TempDir()
+	fleet := filepath.Join(dir, "fleet.yaml")
+	require.NoError(t, os.WriteFile(fleet, []byte(`agents:
+  - name: crasher
+    command: ["sh", "-c", "echo 'giving up' >&2; exit 4"]
+`), 0o644))
+
+	var stdout, stderr lockedBuffer
+	root := NewRoot(strings.NewReader(""), &stdout, &stderr)
+	root.SetArgs([]string{"up", "--fleet", fleet, "--db", filepath.Join(dir, "v.db"), "--addr", "127.0.0.1:0",
+		"--backoff-min", "1h", "--backoff-max", "1h"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+
+	var url string
+	re := regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+)`)
+	require.Eventually(t, func() bool {
+		m := re.FindStringSubmatch(stderr.String())
+		if m != nil {
+			url = m[1]
+		}
+		return m != nil
+	}, 15*time.Second, 10*time.Millisecond, "server URL in the log")
+	c, err := vigilclient.New([]string{url})
+	require.NoError(t, err)
+
+	var page *vigilclient.EventPage
+	require.Eventually(t, func() bool {
+		page, err = c.ListEvents(ctx, vigilclient.ListEventsParams{Agent: "crasher"})
+		require.NoError(t, err)
+		return len(page.Events) == 1
+	}, 15*time.Second, 20*time.Millisecond, "the crash event")
+	e := page.Events[0]
+	require.Equal(t, vigiltype.EventExit, e.Kind)
+	require.Equal(t, 4, *e.ExitCode)
+	require.Equal(t, "giving up\n", e.StderrTail)
+	require.Nil(t, e.DeliveredAt, "an unplanned exit waits for a consumer")
+
+	agents, err := c.ListAgents(ctx)
+	require.NoError(t, err)
+	require.Len(t, agents, 1)
+	require.Equal(t, "crasher", agents[0].Name)
+	require.Equal(t, vigiltype.AgentActive, agents[0].Status)
+}
