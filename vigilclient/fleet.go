@@ -192,3 +192,31 @@ func agentPath(name, verb string) string {
 	}
 	return p
 }
+
+// StalledTasks lists the running tasks of agent kind that started more than
+// after ago (0: the server's 30 min), oldest first (DESIGN S4).
+func (c *Client) StalledTasks(ctx context.Context, kind string, after time.Duration) ([]vigiltype.Task, error) {
+	q := url.Values{"kind": {kind}}
+	if after != 0 {
+		q.Set("after_s", strconv.FormatFloat(after.Seconds(), 'f', -1, 64))
+	}
+	var out struct {
+		Tasks []vigiltype.Task `json:"tasks"`
+	}
+	if _, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/tasks/stalled", query: q}, &out); err != nil {
+		return nil, fmt.Errorf("stalled tasks of %s: %w", kind, err)
+	}
+	return out.Tasks, nil
+}
+
+// ReclaimStalled takes back a stalled task if it still runs at epoch
+// (compare-and-swap). Errors: ErrStaleEpoch (it moved on: leave it),
+// ErrNotFound, ErrInvalid.
+func (c *Client) ReclaimStalled(ctx context.Context, taskID, epoch int64, reason string) (*vigiltype.Task, error) {
+	body := map[string]any{"lease_epoch": epoch, "reason": reason}
+	var out vigiltype.Task
+	if _, err := c.do(ctx, request{method: http.MethodPost, path: taskPath(taskID, "reclaim"), body: body}, &out); err != nil {
+		return nil, fmt.Errorf("reclaim stalled task %d: %w", taskID, err)
+	}
+	return &out, nil
+}

@@ -69,6 +69,8 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /v1/tasks", a.taskList)
 	mux.HandleFunc("POST /v1/tasks/claim", a.taskClaim)
 	mux.HandleFunc("GET /v1/tasks/{id}", a.taskGet)
+	mux.HandleFunc("GET /v1/tasks/stalled", a.taskStalled)
+	mux.HandleFunc("POST /v1/tasks/{id}/reclaim", a.taskReclaimStalled)
 	mux.HandleFunc("POST /v1/tasks/{id}/{op}", a.taskLeaseOp)
 
 	mux.HandleFunc("GET /v1/sweepers", a.sweepers)
@@ -374,6 +376,48 @@ func (a *api) taskLeaseOp(w http.ResponseWriter, r *http.Request) {
 	case "release":
 		t, err = a.Lease.Release(r.Context(), l)
 	}
+	a.respond(w, r, t, err)
+}
+
+// taskStalled lists a kind's tasks running longer than after_s (default
+// 1800, DESIGN S4), for a supervisor's stall check.
+func (a *api) taskStalled(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	after := lease.StallAfterDefault
+	if s := q.Get("after_s"); s != "" {
+		secs, err := strconv.ParseFloat(s, 64)
+		if err != nil || secs <= 0 || secs > 30*86400 || secs != secs {
+			a.fail(w, r, vigiltype.Invalid("after_s", "must be a number of seconds between 0 and 2592000"))
+			return
+		}
+		after = time.Duration(secs * float64(time.Second))
+	}
+	tasks, err := a.Lease.Stalled(r.Context(), q.Get("kind"), after)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if tasks == nil {
+		tasks = []*vigiltype.Task{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tasks": tasks})
+}
+
+// taskReclaimStalled takes a stalled task back (a supervisor after a stall
+// kill); compare-and-swap on lease_epoch.
+func (a *api) taskReclaimStalled(w http.ResponseWriter, r *http.Request) {
+	id, ok := a.taskID(w, r)
+	if !ok {
+		return
+	}
+	var p struct {
+		LeaseEpoch int64  `json:"lease_epoch"`
+		Reason     string `json:"reason"`
+	}
+	if !a.decode(w, r, &p) {
+		return
+	}
+	t, err := a.Lease.ReclaimStalled(r.Context(), id, p.LeaseEpoch, p.Reason)
 	a.respond(w, r, t, err)
 }
 

@@ -375,6 +375,50 @@ func (s *Service) Heartbeat(ctx context.Context, l Lease, b Beat) (*vigiltype.Ta
 	})
 }
 
+// StallAfterDefault is how long a task may run before it counts as stalled
+// (DESIGN S4, seed 003: 30 min).
+const StallAfterDefault = 30 * time.Minute
+
+// Stalled lists the running tasks of agent kind that started more than
+// stallAfter ago, oldest first (DESIGN S4).
+func (s *Service) Stalled(ctx context.Context, kind string, stallAfter time.Duration) ([]*vigiltype.Task, error) {
+	if err := vigiltype.CheckName("kind", kind); err != nil {
+		return nil, err
+	}
+	if stallAfter <= 0 {
+		return nil, vigiltype.Invalid("after_s", "must be a positive number of seconds")
+	}
+	tasks, err := s.store.TaskListStalled(ctx, store.TaskListStalledParams{
+		Kind: kind, StartedBefore: s.clock.Now().Add(-stallAfter), Limit: liveness.ListLimitMax,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list stalled tasks of %s: %w", kind, err)
+	}
+	return tasks, nil
+}
+
+// ReclaimStalled takes back a stalled task if it is still running at epoch
+// (compare-and-swap: a lost race, ErrStaleEpoch, leaves it as it is).
+func (s *Service) ReclaimStalled(ctx context.Context, taskID, epoch int64, reason string) (*vigiltype.Task, error) {
+	if epoch <= 0 {
+		return nil, vigiltype.Invalid("lease_epoch", "must be the positive epoch of the stalled lease")
+	}
+	reason = strings.TrimSpace(vigiltype.CleanText(reason))
+	if reason == "" {
+		return nil, vigiltype.Invalid("reason", "is required: say why the task is taken back")
+	}
+	if len(reason) > ErrorMaxBytes {
+		reason = strings.ToValidUTF8(reason[:ErrorMaxBytes], "")
+	}
+	t, err := s.store.TaskReclaimStalled(ctx, store.TaskReclaimStalledParams{
+		TaskID: taskID, Epoch: epoch, Reason: reason, Now: s.clock.Now(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reclaim stalled task %d: %w", taskID, err)
+	}
+	return t, nil
+}
+
 // HeartbeatVersionsWindowDefault is the adoption view's window when none is given.
 const HeartbeatVersionsWindowDefault = time.Hour
 

@@ -96,6 +96,18 @@ type Store interface {
 	// returns the tasks as written, at most Limit.
 	TaskReclaim(ctx context.Context, p TaskReclaimParams) ([]*vigiltype.Task, error)
 
+	// TaskListStalled returns the running tasks held by instances of Kind
+	// whose started_at is before StartedBefore, oldest first (DESIGN S4:
+	// candidates for a stall kill of that agent).
+	TaskListStalled(ctx context.Context, p TaskListStalledParams) ([]*vigiltype.Task, error)
+	// TaskReclaimStalled takes back one stalled task by compare-and-swap on
+	// its epoch (DESIGN S4): if it is still running at Epoch it goes back to
+	// scheduled (run_after = Now, started_at and lease cleared, reclaims + 1,
+	// last_error = Reason), or to dead_letter past max_reclaims like any
+	// reclaim, and the holder's current_task is cleared. A lost race
+	// (ErrStaleEpoch) leaves the task as it is; ErrNotFound.
+	TaskReclaimStalled(ctx context.Context, p TaskReclaimStalledParams) (*vigiltype.Task, error)
+
 	// HeartbeatVersionList returns, per hostname and schema version, the
 	// lease heartbeats counted in heartbeat_versions whose last_sent_at is at
 	// or after Since, ordered by hostname then schema version (DESIGN T4: the
@@ -327,5 +339,20 @@ type PlannedStopParams struct {
 	Agent  string
 	Reason string
 	TTL    time.Duration
+	Now    time.Time
+}
+
+// TaskListStalledParams selects stall-kill candidates.
+type TaskListStalledParams struct {
+	Kind          string
+	StartedBefore time.Time
+	Limit         int // <= 0: no limit
+}
+
+// TaskReclaimStalledParams takes back one stalled task.
+type TaskReclaimStalledParams struct {
+	TaskID int64
+	Epoch  int64
+	Reason string
 	Now    time.Time
 }

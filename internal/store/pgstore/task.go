@@ -527,3 +527,83 @@ func (s *Store) TaskReclaim(ctx context.Context, p store.TaskReclaimParams) ([]*
 	}
 	return tasks, nil
 }
+
+// TaskListStalled implements store.Store. Limit <= 0 means no limit. The
+// holder's kind is read through tasks.lease_owner; a task whose holder row
+// is gone (pruned) is not listed.
+func (s *Store) TaskListStalled(ctx context.Context, p store.TaskListStalledParams) ([]*vigiltype.Task, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT `+taskColumns+` FROM tasks
+		WHERE tasks.status = 'running' AND tasks.started_at < @started_before
+			AND EXISTS (
+				SELECT 1 FROM processes
+				WHERE processes.instance_id = tasks.lease_owner AND processes.process_kind = @kind)
+		ORDER BY tasks.started_at, tasks.task_id
+		LIMIT @limit`,
+		pgx.StrictNamedArgs{
+			"kind":           p.Kind,
+			"started_before": utcMS(p.StartedBefore),
+			"limit":          sqlLimit(p.Limit),
+		},
+	)
+	if err != nil {
+		return nil, fmt.Errorf("list stalled tasks of %q: %w", p.Kind, interpretError(err))
+	}
+	tasks, err := scanTasks(rows)
+	if err != nil {
+		return nil, fmt.Errorf("list stalled tasks of %q: %w", p.Kind, interpretError(err))
+	}
+	return tasks, nil
+}
+
+// TaskReclaimStalled implements store.Store. One statement, guarded by
+// task id, status running and epoch, takes the task back under
+// TaskReclaim's rules (reclaims + 1, dead_letter past max_reclaims keeping
+// run_after and started_at) and clears the current task of every process
+// whose current task it was. A concurrent claim, complete or release of the
+// task is waited for, then the guard is re-checked against the new row, so
+// a lost race matches nothing. A write that matches no row is ErrNotFound
+// when the task does not exist, else ErrStaleEpoch, and changes nothing.
+func (s *Store) TaskReclaimStalled(ctx context.Context, p store.TaskReclaimStalledParams) (*vigiltype.Task, error) {
+	const dead = `reclaims + 1 > max_reclaims`
+	var task *vigiltype.Task
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		task, err = scanTask(tx.QueryRow(ctx, `
+			WITH reclaimed AS (
+				UPDATE tasks SET
+					reclaims = reclaims + 1,
+					status = CASE WHEN `+dead+` THEN 'dead_letter' ELSE 'scheduled' END,
+					run_after = CASE WHEN `+dead+` THEN run_after ELSE @now END,
+					started_at = CASE WHEN `+dead+` THEN started_at ELSE NULL END,
+					last_error = CASE WHEN `+dead+`
+						THEN 'dead-lettered: reclaimed ' || (reclaims + 1) || ' times (max_reclaims '
+							|| max_reclaims || '): ' || @reason::text
+						ELSE @reason::text
+						END,
+					lease_owner = NULL,
+					lease_expires_at = NULL,
+					updated_at = @now
+				WHERE task_id = @task_id AND status = 'running' AND lease_epoch = @lease_epoch
+				RETURNING `+taskColumns+`
+			), cleared AS (
+				UPDATE processes SET current_task_id = NULL, current_task_type = NULL
+				WHERE current_task_id IN (SELECT task_id FROM reclaimed)
+			)
+			SELECT * FROM reclaimed`,
+			pgx.StrictNamedArgs{
+				"now":         utcMS(p.Now),
+				"reason":      p.Reason,
+				"task_id":     p.TaskID,
+				"lease_epoch": p.Epoch,
+			}))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return taskRefusal(ctx, tx, p.TaskID)
+		}
+		return interpretError(err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reclaim stalled task %d: %w", p.TaskID, err)
+	}
+	return task, nil
+}

@@ -15,10 +15,12 @@ import (
 )
 
 // exerciseTask covers the tasks table: the outbox, claims, the lease calls
-// with their epoch fencing, and reclaiming (DESIGN T1-T3, L6).
+// with their epoch fencing, reclaiming (DESIGN T1-T3, L6) and stall
+// reclaims (DESIGN S4).
 func exerciseTask(ctx context.Context, t *testing.T, newStore func(t *testing.T) store.Store) {
 	exerciseTaskClaimByID(ctx, t, newStore)
 	exerciseTaskActivity(ctx, t, newStore)
+	exerciseTaskStall(ctx, t, newStore)
 
 	t.Run("EnqueueAndGet", func(t *testing.T) {
 		t.Parallel()
