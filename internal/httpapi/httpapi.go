@@ -138,16 +138,7 @@ func onlyPost(w http.ResponseWriter, r *http.Request) {
 // --- processes ---
 
 func (a *api) processRegister(w http.ResponseWriter, r *http.Request) {
-	var p liveness.RegisterParams
-	if !a.decode(w, r, &p) {
-		return
-	}
-	reg, err := a.Liveness.Register(r.Context(), p)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, reg)
+	create(a, w, r, a.Liveness.Register)
 }
 
 func (a *api) processHeartbeat(w http.ResponseWriter, r *http.Request) {
@@ -223,30 +214,17 @@ func (a *api) processPrune(w http.ResponseWriter, r *http.Request) {
 // --- tasks ---
 
 func (a *api) taskEnqueue(w http.ResponseWriter, r *http.Request) {
-	var p lease.EnqueueParams
-	if !a.decode(w, r, &p) {
-		return
-	}
-	t, err := a.Lease.Enqueue(r.Context(), p)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, t)
+	create(a, w, r, a.Lease.Enqueue)
 }
 
 func (a *api) taskList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	limit, ok := a.queryInt(w, r, "limit")
-	if !ok {
-		return
-	}
-	before, ok := a.queryInt(w, r, "cursor")
+	limit, before, ok := a.idPage(w, r)
 	if !ok {
 		return
 	}
 	tasks, next, err := a.Lease.List(r.Context(), lease.ListParams{
-		Status: q.Get("status"), TaskType: q.Get("type"), Limit: limit, BeforeID: int64(before),
+		Status: q.Get("status"), TaskType: q.Get("type"), Limit: limit, BeforeID: before,
 	})
 	if err != nil {
 		a.fail(w, r, err)
@@ -255,14 +233,10 @@ func (a *api) taskList(w http.ResponseWriter, r *http.Request) {
 	if tasks == nil {
 		tasks = []*vigiltype.Task{}
 	}
-	var nextCursor *string
-	if next != 0 {
-		nextCursor = optString(strconv.FormatInt(next, 10))
-	}
 	writeJSON(w, http.StatusOK, struct {
 		Tasks      []*vigiltype.Task `json:"tasks"`
 		NextCursor *string           `json:"next_cursor"`
-	}{tasks, nextCursor})
+	}{tasks, idCursor(next)})
 }
 
 func (a *api) taskGet(w http.ResponseWriter, r *http.Request) {
@@ -455,6 +429,38 @@ func (a *api) sweepers(w http.ResponseWriter, r *http.Request) {
 }
 
 // --- helpers ---
+
+// create decodes a P from the body, calls fn and answers 201 with its result.
+func create[P, R any](a *api, w http.ResponseWriter, r *http.Request, fn func(context.Context, P) (R, error)) {
+	var p P
+	if !a.decode(w, r, &p) {
+		return
+	}
+	res, err := fn(r.Context(), p)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, res)
+}
+
+// idPage reads the limit and cursor of a listing paged by id.
+func (a *api) idPage(w http.ResponseWriter, r *http.Request) (limit int, before int64, ok bool) {
+	limit, ok = a.queryInt(w, r, "limit")
+	if !ok {
+		return 0, 0, false
+	}
+	cursor, ok := a.queryInt(w, r, "cursor")
+	return limit, int64(cursor), ok
+}
+
+// idCursor is the next_cursor of a listing paged by id: nil on the last page.
+func idCursor(next int64) *string {
+	if next == 0 {
+		return nil
+	}
+	return optString(strconv.FormatInt(next, 10))
+}
 
 // instanceToken reads the instance token header, answering 403 when it is
 // missing.

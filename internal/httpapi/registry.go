@@ -27,16 +27,7 @@ func (a *api) routeRegistry(mux *http.ServeMux) {
 }
 
 func (a *api) agentRegister(w http.ResponseWriter, r *http.Request) {
-	var p registry.RegisterParams
-	if !a.decode(w, r, &p) {
-		return
-	}
-	ag, err := a.Registry.Register(r.Context(), p)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, ag)
+	create(a, w, r, a.Registry.Register)
 }
 
 func (a *api) agentList(w http.ResponseWriter, r *http.Request) {
@@ -73,38 +64,18 @@ func (a *api) agentMark(mark func(ctx context.Context, name string) (*vigiltype.
 }
 
 func (a *api) plannedStop(w http.ResponseWriter, r *http.Request) {
-	var p events.PlannedStopParams
-	if !a.decode(w, r, &p) {
-		return
-	}
-	m, err := a.Events.PlannedStop(r.Context(), r.PathValue("name"), p)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, m)
+	create(a, w, r, func(ctx context.Context, p events.PlannedStopParams) (*vigiltype.PlannedStop, error) {
+		return a.Events.PlannedStop(ctx, r.PathValue("name"), p)
+	})
 }
 
 func (a *api) eventRecord(w http.ResponseWriter, r *http.Request) {
-	var p events.RecordParams
-	if !a.decode(w, r, &p) {
-		return
-	}
-	e, err := a.Events.Record(r.Context(), p)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, e)
+	create(a, w, r, a.Events.Record)
 }
 
 func (a *api) eventList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	limit, ok := a.queryInt(w, r, "limit")
-	if !ok {
-		return
-	}
-	before, ok := a.queryInt(w, r, "cursor")
+	limit, before, ok := a.idPage(w, r)
 	if !ok {
 		return
 	}
@@ -118,7 +89,7 @@ func (a *api) eventList(w http.ResponseWriter, r *http.Request) {
 		undelivered = v
 	}
 	list, next, err := a.Events.List(r.Context(), events.ListParams{
-		Agent: q.Get("agent"), Undelivered: undelivered, Limit: limit, BeforeID: int64(before),
+		Agent: q.Get("agent"), Undelivered: undelivered, Limit: limit, BeforeID: before,
 	})
 	if err != nil {
 		a.fail(w, r, err)
@@ -127,14 +98,10 @@ func (a *api) eventList(w http.ResponseWriter, r *http.Request) {
 	if list == nil {
 		list = []*vigiltype.ProcessEvent{}
 	}
-	var nextCursor *string
-	if next != 0 {
-		nextCursor = optString(strconv.FormatInt(next, 10))
-	}
 	writeJSON(w, http.StatusOK, struct {
 		Events     []*vigiltype.ProcessEvent `json:"events"`
 		NextCursor *string                   `json:"next_cursor"`
-	}{list, nextCursor})
+	}{list, idCursor(next)})
 }
 
 func (a *api) eventAck(w http.ResponseWriter, r *http.Request) {
