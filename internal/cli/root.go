@@ -90,7 +90,8 @@ Then ask it:                             vigil ps; vigil tasks ls; vigil sweeper
 	)
 	root.AddCommand(
 		newServeCmd(), newUpCmd(), newMigrateCmd(),
-		newPsCmd(), newStatusCmd(), newPruneCmd(), newTasksCmd(), newSweepersCmd(),
+		newPsCmd(), newStatusCmd(), newPruneCmd(), withSessionCmds(newTasksCmd()), newSweepersCmd(),
+		newHeartbeatCmd(), newTouchActivityCmd(), newRunCmd(), newWatchdogCmd(),
 		newAgentsCmd(), newEventsCmd(),
 	)
 	return root

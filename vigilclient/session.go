@@ -1,0 +1,81 @@
+package vigilclient
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/vigil-fleet/vigil/vigiltype"
+)
+
+// HeartbeatSchemaV2 is the lease heartbeat schema that carries activity_at
+// (DESIGN T4). A heartbeat without schema_version is v1.
+const HeartbeatSchemaV2 = 2
+
+// TaskHeartbeatV2 renews lease l with a schema_version 2 heartbeat carrying
+// activityAt, the time of the holder's last evidence of progress (DESIGN
+// T4, H3): the server records it as last_activity_at, apart from
+// last_heartbeat_at. activityAt must not be in the future by the server's
+// clock nor before the claim (ErrInvalid); it is sent in UTC with
+// millisecond precision. Errors as TaskHeartbeat.
+func (c *Client) TaskHeartbeatV2(ctx context.Context, l Lease, activityAt time.Time) (*vigiltype.Task, error) {
+	return c.leaseCall(ctx, l, "heartbeat", map[string]any{
+		"schema_version": HeartbeatSchemaV2,
+		"activity_at":    activityAt.UTC().Format("2006-01-02T15:04:05.000Z07:00"),
+	})
+}
+
+// ClaimByID claims the scheduled task taskID for inst (POST /v1/tasks/claim
+// with task_id), for a session that was told which task to work on. The
+// returned task is running under a fresh lease: use inst.Lease(task).
+// Errors: ErrNotFound (no such task or instance), an *APIError with Code
+// CodeNotClaimable (409) when the task is not claimable now,
+// ErrInvalidToken, ErrInstanceExited, ErrInstanceStopped.
+func (c *Client) ClaimByID(ctx context.Context, inst Instance, taskID int64) (*vigiltype.Task, error) {
+	body := map[string]any{"instance_id": inst.ID, "task_id": taskID}
+	var out vigiltype.Task
+	status, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/tasks/claim", instance: inst.Token, body: body}, &out)
+	if err != nil {
+		return nil, fmt.Errorf("claim task %d for instance %s: %w", taskID, inst.ID, err)
+	}
+	if status == http.StatusNoContent || out.TaskID == 0 {
+		return nil, fmt.Errorf("claim task %d for instance %s: the server claimed nothing", taskID, inst.ID)
+	}
+	return &out, nil
+}
+
+// HeartbeatVersions is the answer of GET /v1/heartbeat-versions: per host,
+// which lease heartbeat schema versions it sent within Window (the "all
+// hosts emit v2" check of DESIGN T4).
+type HeartbeatVersions struct {
+	Window  time.Duration          `json:"-"`
+	WindowS float64                `json:"window_s"`
+	Hosts   []HostHeartbeatVersion `json:"hosts"`
+}
+
+// HostHeartbeatVersion is one (host, schema version) pair: when that host
+// last sent a heartbeat of that version and how many it sent in the window.
+type HostHeartbeatVersion struct {
+	Hostname      string    `json:"hostname"`
+	SchemaVersion int       `json:"schema_version"`
+	LastSentAt    time.Time `json:"last_sent_at"`
+	Heartbeats    int64     `json:"heartbeats"`
+}
+
+// HeartbeatVersions returns, per host, the lease heartbeat schema versions
+// sent in the last window (0: the server's default), sent in whole seconds.
+func (c *Client) HeartbeatVersions(ctx context.Context, window time.Duration) (*HeartbeatVersions, error) {
+	q := url.Values{}
+	if window > 0 {
+		q.Set("window_s", strconv.FormatInt(int64(window.Round(time.Second)/time.Second), 10))
+	}
+	var out HeartbeatVersions
+	if _, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/heartbeat-versions", query: q}, &out); err != nil {
+		return nil, fmt.Errorf("heartbeat versions: %w", err)
+	}
+	out.Window = time.Duration(out.WindowS * float64(time.Second))
+	return &out, nil
+}
