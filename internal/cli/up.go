@@ -27,6 +27,10 @@ func newUpCmd() *cobra.Command {
 		fleetPath string
 		backoff   supervisor.BackoffPolicy
 		stopGrace time.Duration
+		flapping  supervisor.FlapPolicy
+		logDir    string
+		logMax    int64
+		logKeep   int
 	)
 	cmd := &cobra.Command{
 		Use:     "up",
@@ -38,8 +42,16 @@ server and VIGIL_KIND set to the agent's name. Every exit, code 0 included, is
 followed by a restart after a backoff (DESIGN S1–S2): 5s, doubled while runs
 last under 30s, capped at 300s, back to 5s after a run of 30s or more.
 
+Restart delays are jittered (--backoff-jitter), so agents failing together
+do not restart in lockstep. An agent exiting --flap-exits times within
+--flap-window is recorded as flapping (one event per episode), however long
+each run lasted. Each agent's output also goes to <--log-dir>/<agent>.log,
+rotated by size; 'vigil logs AGENT' prints it.
+
 Ctrl-C (or SIGTERM) stops every agent — SIGTERM to its process group, then
-SIGKILL after --stop-grace — and then the server.
+SIGKILL after --stop-grace — and then the server. On Linux this includes
+descendants that left the group (setsid, double fork): vigil adopts them as
+child subreaper and tracks each launch by an environment marker (DESIGN S3).
 
 Fleet file:
   agents:
@@ -58,8 +70,29 @@ Fleet file:
 			if err := checkBackoff(backoff); err != nil {
 				return err
 			}
+			if backoff.Jitter == 0 {
+				backoff.Jitter = supervisor.JitterOff
+			}
 			if stopGrace <= 0 {
 				return fmt.Errorf("--stop-grace must be positive, got %s", stopGrace)
+			}
+			if flapping.Exits < 2 {
+				return fmt.Errorf("--flap-exits must be at least 2, got %d", flapping.Exits)
+			}
+			if flapping.Window <= 0 {
+				return fmt.Errorf("--flap-window must be positive, got %s", flapping.Window)
+			}
+			if logDir == "" {
+				if cmd.Flags().Changed("log-dir") {
+					return errors.New("--log-dir must not be empty")
+				}
+				logDir = defaultLogDir(cfg.DB)
+			}
+			if logMax < 1024 {
+				return fmt.Errorf("--log-max-bytes must be at least 1024, got %d", logMax)
+			}
+			if logKeep < 1 {
+				return fmt.Errorf("--log-keep must be at least 1, got %d", logKeep)
 			}
 			fleet, err := supervisor.LoadFleet(fleetPath)
 			if err != nil {
@@ -83,9 +116,10 @@ Fleet file:
 			}
 			extraEnv["VIGIL_URL"] = d.URL()
 			sup, err := supervisor.New(supervisor.Config{
-				Agents: fleet.Agents, ExtraEnv: extraEnv, Backoff: backoff, StopGrace: stopGrace,
+				Agents: fleet.Agents, ExtraEnv: extraEnv, Backoff: backoff, StopGrace: stopGrace, Flapping: flapping,
 				Logger: logger, Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
 				Events: eventRecorder{d.Events},
+				LogDir: logDir, LogMaxBytes: logMax, LogKeep: logKeep,
 			})
 			if err != nil {
 				_ = d.Stop()
@@ -121,6 +155,15 @@ Fleet file:
 	fs.DurationVar(&backoff.Min, "backoff-min", supervisor.BackoffMinDefault, "restart delay after an exit (DESIGN S2)")
 	fs.DurationVar(&backoff.FastFailure, "backoff-fast-failure", supervisor.FastFailureDefault, "a run shorter than this doubles the next delay")
 	fs.DurationVar(&backoff.Max, "backoff-max", supervisor.BackoffMaxDefault, "cap on the restart delay")
+	fs.Float64Var(&backoff.Jitter, "backoff-jitter", supervisor.JitterDefault,
+		"spread each restart delay d over [d, d+jitter·d] (ending at --backoff-max at the cap), so agents failing together do not restart in lockstep (DESIGN S2); 0 to 1, 0 disables")
+	fs.IntVar(&flapping.Exits, "flap-exits", supervisor.FlapExitsDefault,
+		"record a flapping event (DESIGN E1) when an agent exits this many times within --flap-window, however long each run; at least 2")
+	fs.DurationVar(&flapping.Window, "flap-window", supervisor.FlapWindowDefault, "sliding window for --flap-exits")
+	fs.StringVar(&logDir, "log-dir", "",
+		"directory for the agents' log files <agent>.log, read by 'vigil logs'; created if missing"+logDirHelp)
+	fs.Int64Var(&logMax, "log-max-bytes", supervisor.LogMaxBytesDefault, "rotate an agent's log file when it would pass this size (10 MiB)")
+	fs.IntVar(&logKeep, "log-keep", supervisor.LogKeepDefault, "rotated log files kept per agent, besides the current one")
 	fs.DurationVar(&stopGrace, "stop-grace", supervisor.StopGraceDefault, "time between SIGTERM and SIGKILL when stopping an agent")
 	return cmd
 }
@@ -134,6 +177,8 @@ func checkBackoff(b supervisor.BackoffPolicy) error {
 		return fmt.Errorf("--backoff-fast-failure must be positive, got %s", b.FastFailure)
 	case b.Max < b.Min:
 		return fmt.Errorf("--backoff-max (%s) must not be below --backoff-min (%s)", b.Max, b.Min)
+	case b.Jitter < 0 || b.Jitter > 1:
+		return fmt.Errorf("--backoff-jitter must be between 0 and 1, got %g", b.Jitter)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 )
 
@@ -17,6 +18,12 @@ const (
 	FastFailureDefault = 30 * time.Second
 	// BackoffMaxDefault caps the restart delay: 300s (DESIGN S2).
 	BackoffMaxDefault = 300 * time.Second
+	// JitterDefault spreads each restart delay over a band 20% of its width,
+	// so that a fleet failing together does not restart in lockstep.
+	JitterDefault = 0.2
+	// JitterOff, as BackoffPolicy.Jitter, turns jitter off: every delay is
+	// exactly the DESIGN S2 sequence.
+	JitterOff = -1.0
 )
 
 // BackoffPolicy says how long the supervisor waits before restarting an agent
@@ -31,6 +38,12 @@ type BackoffPolicy struct {
 	FastFailure time.Duration
 	// Max caps the delay. Default BackoffMaxDefault (300s, DESIGN S2).
 	Max time.Duration
+	// Jitter is the width of the band each delay d is drawn from, as a
+	// fraction of d: [d, d+Jitter·d], shifted down to end at Max when it
+	// would pass it (so delays at the cap spread too), and never below Min.
+	// In [0, 1]; 0 takes JitterDefault (0.2); JitterOff (-1) disables it.
+	// Only a tracker with a random source applies it.
+	Jitter float64
 }
 
 // withDefaults fills zero fields with the DESIGN S2 defaults.
@@ -39,6 +52,7 @@ func (p BackoffPolicy) withDefaults() BackoffPolicy {
 		Min:         cmp.Or(p.Min, BackoffMinDefault),
 		FastFailure: cmp.Or(p.FastFailure, FastFailureDefault),
 		Max:         cmp.Or(p.Max, BackoffMaxDefault),
+		Jitter:      cmp.Or(p.Jitter, JitterDefault),
 	}
 }
 
@@ -54,6 +68,9 @@ func (p BackoffPolicy) validate(at string) error {
 			errs = append(errs, fmt.Errorf("%s.%s: must not be negative, got %s", at, f.name, f.d))
 		}
 	}
+	if p.Jitter != JitterOff && (p.Jitter < 0 || p.Jitter > 1) {
+		errs = append(errs, fmt.Errorf("%s.Jitter: must be between 0 and 1 (or JitterOff), got %g", at, p.Jitter))
+	}
 	if p.Min > p.Max {
 		errs = append(errs, fmt.Errorf("%s.Min: %s must not exceed %s.Max (%s)", at, p.Min, at, p.Max))
 	}
@@ -65,17 +82,21 @@ func (p BackoffPolicy) validate(at string) error {
 // with NewBackoffTracker.
 type BackoffTracker struct {
 	policy BackoffPolicy
+	rnd    *rand.Rand // nil: no jitter
 	// streak is the delay chosen for the latest of an unbroken run of fast
 	// failures; 0 when there is none (at the start, or after a healthy run).
 	streak time.Duration
 }
 
 // NewBackoffTracker returns a tracker for policy, with zero fields defaulted.
-// A Max below Min is treated as Min.
-func NewBackoffTracker(policy BackoffPolicy) *BackoffTracker {
+// A Max below Min is treated as Min. rnd is the source of jitter
+// (BackoffPolicy.Jitter); nil means none: Next then returns exactly the
+// DESIGN S2 sequence. The tracker draws from rnd on every Next, so a seeded
+// source makes it deterministic.
+func NewBackoffTracker(policy BackoffPolicy, rnd *rand.Rand) *BackoffTracker {
 	p := policy.withDefaults()
 	p.Max = max(p.Max, p.Min)
-	return &BackoffTracker{policy: p}
+	return &BackoffTracker{policy: p, rnd: rnd}
 }
 
 // Next records that a run lasted runDuration (0 for a launch failure) and
@@ -85,13 +106,16 @@ func NewBackoffTracker(policy BackoffPolicy) *BackoffTracker {
 //   - a shorter run is a fast failure: the first of a streak waits Min, each
 //     following one doubles the previous delay, capped at Max.
 //
-// So a process failing from the start waits Min, 2×Min, 4×Min, … Max, Max.
+// So a process failing from the start waits Min, 2×Min, 4×Min, … Max, Max;
+// with a random source, each delay is then drawn from its jitter band
+// (JitterBand). Jitter never feeds back: the doubling is on the un-jittered
+// delay.
 func (b *BackoffTracker) Next(runDuration time.Duration) time.Duration {
 	p := b.policy
 	switch {
 	case runDuration >= p.FastFailure:
 		b.streak = 0
-		return p.Min
+		return b.jitter(p.Min)
 	case b.streak == 0:
 		b.streak = p.Min
 	case b.streak > p.Max/2: // doubling would pass the cap (or overflow)
@@ -99,7 +123,33 @@ func (b *BackoffTracker) Next(runDuration time.Duration) time.Duration {
 	default:
 		b.streak = 2 * b.streak
 	}
-	return b.streak
+	return b.jitter(b.streak)
+}
+
+// jitter draws a delay from d's jitter band, or returns d without a source.
+func (b *BackoffTracker) jitter(d time.Duration) time.Duration {
+	lo, hi := b.policy.JitterBand(d)
+	if b.rnd == nil || hi <= lo {
+		return d
+	}
+	return lo + time.Duration(b.rnd.Int64N(int64(hi-lo)+1))
+}
+
+// JitterBand is the range [lo, hi] a jittered delay for the un-jittered
+// delay d is drawn from: [d, d+Jitter·d], shifted down so that hi is at most
+// Max, and lo raised to at least Min. With JitterOff it is [d, d]. It
+// expects defaults filled (as a tracker's policy is).
+func (p BackoffPolicy) JitterBand(d time.Duration) (lo, hi time.Duration) {
+	if p.Jitter <= 0 {
+		return d, d
+	}
+	width := time.Duration(float64(d) * p.Jitter)
+	hi = d + width
+	if hi > p.Max || hi < d { // past the cap, or overflowed
+		hi = max(p.Max, d)
+	}
+	lo = max(hi-width, p.Min)
+	return min(lo, hi), hi
 }
 
 // Reset forgets past fast failures, as a healthy run does.

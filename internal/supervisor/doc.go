@@ -17,18 +17,65 @@
 //	   └─────────────────────┼──── delay (BackoffTracker) ────┘
 //	                         │
 //	     ctx cancelled       ▼
-//	  (any state) ───► stopping: SIGTERM to the group, StopGrace,
-//	                   SIGKILL to the group, leader reaped ───► stopped
+//	  (any state) ───► stopping: SIGTERM to the group and to the generation's
+//	                   escaped descendants, StopGrace, SIGKILL to both, leader
+//	                   and adopted orphans reaped ───► stopped
 //
 // The delay follows DESIGN S2: Min (5s) after a healthy run or the first
 // fast failure, doubling for each further run shorter than FastFailure (30s),
-// capped at Max (300s). A launch failure counts as a fast failure. Delays are
-// decided by BackoffTracker, a plain type with no clock.
+// capped at Max (300s). A launch failure counts as a fast failure. Each delay
+// d is then jittered, drawn from [d, d+0.2·d] (BackoffPolicy.Jitter), the band
+// shifted down to end at Max at the cap, so that agents failing together (a
+// server they all need goes away) do not restart in lockstep. Delays are
+// decided by BackoffTracker, a plain type with no clock; its random source is
+// injected (each agent has its own, randomly seeded).
 //
-// Stopping (DESIGN S3) treats the process group as the unit: SIGTERM goes to
-// the whole group; the group has StopGrace (10s) for its leader to exit and
-// every other member to be gone; then SIGKILL goes to the group. Run returns
+// An agent that exits FlapPolicy.Exits times (5) within FlapPolicy.Window
+// (10m) is flapping, however long each run lasted: a crash loop of 31s runs
+// never backs off, yet is reported — one EventFlapping event per episode,
+// decided by FlapDetector (a plain type; the caller passes the times). The
+// episode ends at the first exit that finds fewer exits in the window.
+//
+// With Config.LogDir, each agent's stdout and stderr also go to
+// <LogDir>/<agent>.log ("<UTC time> <stdout|stderr> <line>"), rotated when a
+// write would pass LogMaxBytes (10 MiB) into <agent>.log.1 … .<LogKeep> (3).
+// `vigil logs` reads them.
+//
+// Stopping (DESIGN S3) treats the generation as the unit — the process group
+// and, on Linux, every descendant that escaped it (see Containment): SIGTERM
+// goes to all of them; they have StopGrace (30s) for the leader to exit and
+// every other process to be gone; then SIGKILL goes to all of them. Run returns
 // only when every child is reaped and no process of any group is running.
 // The same sequence clears processes an agent leaves in its group when it
 // exits on its own, so that restarts do not pile up orphans.
+//
+// # Containment (Linux)
+//
+// No descendant survives a restart, a stop or the supervisor's shutdown,
+// including one that called setsid() or double-forked out of the group:
+//
+//   - Each launch (generation) gets a marker in its environment,
+//     EnvGeneration=<supervisor pid>.<random>.<agent>.<attempt>, which every
+//     descendant inherits through fork, exec and setsid. Stopping a
+//     generation signals its process group and every live process whose
+//     /proc/<pid>/environ holds the marker, and waits until neither is left.
+//   - Run makes the process a child subreaper (PR_SET_CHILD_SUBREAPER), so
+//     orphaned descendants are reparented to it rather than to PID 1.
+//   - One goroutine (reapLoop, woken by SIGCHLD and every second) reaps those
+//     adopted orphans, so no zombies pile up. It never calls wait4(-1): the
+//     process has other children (os/exec's in the daemon and the CLI, whose
+//     statuses it would steal), and each agent's leader stays owned by
+//     os/exec's cmd.Wait. It reaps a zombie child only when it is known to
+//     descend from an agent: seen alive with the marker, in an agent's process
+//     group, or in a session led by a marked process. Leaders are registered
+//     with it under its lock while they start, so it never mistakes one.
+//
+// Limits: a descendant that both clears its environment and leaves the group
+// is not found (a cgroup per agent would close this; not done, as a writable
+// cgroup is rarely available to an unprivileged supervisor), nor is a
+// short-lived setsid()'ed orphan that dies unseen between two scans reaped
+// (it stays a zombie while the supervisor runs). A pid is checked for the
+// marker before it is signalled; its reuse in between is not excluded.
+// Elsewhere (macOS, BSDs) containment is by process group only; Windows has
+// no supervisor (New fails).
 package supervisor

@@ -26,7 +26,10 @@ func (l *eventLog) RecordEvent(_ context.Context, e Event) error {
 	l.mu.Lock()
 	l.events = append(l.events, e)
 	l.mu.Unlock()
-	l.added <- struct{}{}
+	select {
+	case l.added <- struct{}{}:
+	default: // nobody counts this many; never block the supervisor
+	}
 	return nil
 }
 
@@ -82,4 +85,36 @@ func TestLineTailKeepsTheLastLines(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Equal(t, "two\nthree\n", tail.String())
+}
+
+// An agent that keeps exiting gets one flapping event per episode, after the
+// exit that made it flap, however long its runs.
+func TestSupervisorRecordsFlapping(t *testing.T) {
+	events := newEventLog()
+	b := setup(t, Config{
+		Agents:   []Agent{{Name: "looper", Command: []string{"true"}}},
+		Backoff:  BackoffPolicy{Min: time.Millisecond, FastFailure: time.Nanosecond, Max: time.Millisecond}, // every run healthy
+		Flapping: FlapPolicy{Exits: 3, Window: time.Hour},
+		Events:   events,
+	})
+	b.run(t)
+	require.Equal(t, 3, recv(t, b.sup.testSignals.flapping.ch, "flapping"))
+	for range 6 { // several more exits within the episode
+		recv(t, b.sup.testSignals.exited.ch, "exit")
+	}
+	b.stop(t)
+
+	var kinds []vigiltype.EventKind
+	for _, e := range events.all() {
+		kinds = append(kinds, e.Kind)
+	}
+	require.GreaterOrEqual(t, len(kinds), 6)
+	require.Equal(t, []vigiltype.EventKind{vigiltype.EventExit, vigiltype.EventExit, vigiltype.EventExit, vigiltype.EventFlapping},
+		kinds[:4], "flapping follows the third exit")
+	require.NotContains(t, kinds[4:], vigiltype.EventFlapping, "one event per episode")
+	flap := events.all()[3]
+	require.Equal(t, "looper", flap.Agent)
+	require.Equal(t, map[string]any{"exits": 3, "window_s": 3600.0}, flap.Detail)
+	require.Empty(t, b.sup.testSignals.flapping.ch)
+	require.Equal(t, 1, b.logs.count(`msg="agent is flapping" agent=looper exits=3 window=1h0m0s`))
 }

@@ -3,16 +3,20 @@ package supervisor
 import (
 	"cmp"
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/vigil-fleet/vigil/vigiltype"
@@ -45,11 +49,16 @@ type Config struct {
 	// Optional; may not set VIGIL_KIND.
 	ExtraEnv map[string]string
 	// Backoff decides restart delays (DESIGN S2); zero fields default to
-	// BackoffMinDefault (5s), FastFailureDefault (30s) and BackoffMaxDefault
-	// (300s).
+	// BackoffMinDefault (5s), FastFailureDefault (30s), BackoffMaxDefault
+	// (300s) and JitterDefault (0.2). Each agent draws its jitter from its
+	// own randomly seeded source.
 	Backoff BackoffPolicy
+	// Flapping says when an agent that keeps exiting is flapping: then one
+	// EventFlapping event per episode goes to Events (zero fields: 5 exits
+	// within 10 minutes, FlapExitsDefault and FlapWindowDefault).
+	Flapping FlapPolicy
 	// StopGrace is how long a stopping agent's process group has between
-	// SIGTERM and SIGKILL (DESIGN S3). Default StopGraceDefault (10s).
+	// SIGTERM and SIGKILL (DESIGN S3). Default StopGraceDefault (30s).
 	StopGrace time.Duration
 	// Logger receives one record per start, exit, launch failure, scheduled
 	// restart and stop. Default slog.Default().
@@ -58,6 +67,17 @@ type Config struct {
 	// line prefixed with "[<agent name>] ". Writes are serialised.
 	// Default os.Stdout and os.Stderr.
 	Stdout, Stderr io.Writer
+	// LogDir, if set, also writes each agent's stdout and stderr to
+	// <LogDir>/<agent>.log (see LogFile), one "<UTC time> <stdout|stderr>
+	// <line>" per line, rotated at LogMaxBytes keeping LogKeep old files.
+	// Run creates the directory. Optional; empty means no log files.
+	LogDir string
+	// LogMaxBytes is the size at which a log file is rotated. Default
+	// LogMaxBytesDefault (10 MiB).
+	LogMaxBytes int64
+	// LogKeep is how many rotated log files are kept per agent. Default
+	// LogKeepDefault (3).
+	LogKeep int
 	// Events receives a process event for every unexpected exit and launch
 	// failure (DESIGN E1); none for the stops of the supervisor's own
 	// shutdown (S3). Optional. Recording is best effort: a failure is logged.
@@ -110,11 +130,29 @@ type Supervisor struct {
 	agents    []Agent
 	extraEnv  map[string]string
 	backoff   BackoffPolicy
+	flapping  FlapPolicy
 	stopGrace time.Duration
 	logger    *slog.Logger
 	stdout    io.Writer
 	stderr    io.Writer
 	events    EventSink
+
+	logDir      string
+	logMaxBytes int64
+	logKeep     int
+	logFiles    []*rotatingFile // per agent while Run runs; nil entries without LogDir
+
+	// genPrefix starts every EnvGeneration value this supervisor sets:
+	// "<pid>.<random>.", so that two supervisors never claim each other's
+	// processes.
+	genPrefix string
+	// reaper reaps orphaned descendants adopted as subreaper (Linux).
+	reaper *reaper
+	// reapInterval is how often the reaper looks for adopted orphans besides
+	// on SIGCHLD: an orphan seen alive is reapable by pid when it dies.
+	reapInterval time.Duration
+	// seed seeds each agent's jitter source (with the agent's index).
+	seed uint64
 
 	ran atomic.Bool
 
@@ -144,6 +182,16 @@ func New(cfg Config) (*Supervisor, error) {
 	if err := backoff.validate("Backoff"); err != nil {
 		errs = append(errs, err)
 	}
+	flapping := cfg.Flapping.withDefaults()
+	if err := flapping.validate("Flapping"); err != nil {
+		errs = append(errs, err)
+	}
+	if cfg.LogMaxBytes < 0 {
+		errs = append(errs, fmt.Errorf("LogMaxBytes: must not be negative, got %d", cfg.LogMaxBytes))
+	}
+	if cfg.LogKeep < 0 {
+		errs = append(errs, fmt.Errorf("LogKeep: must not be negative, got %d", cfg.LogKeep))
+	}
 	if cfg.StopGrace < 0 {
 		errs = append(errs, fmt.Errorf("StopGrace: must not be negative, got %s", cfg.StopGrace))
 	}
@@ -165,17 +213,33 @@ func New(cfg Config) (*Supervisor, error) {
 		stderr = os.Stderr
 	}
 	var outMu sync.Mutex
-	return &Supervisor{
+	genPrefix := fmt.Sprintf("%d.%s.", os.Getpid(), crand.Text()[:12])
+	sup := &Supervisor{
 		agents:    agents,
 		extraEnv:  maps.Clone(cfg.ExtraEnv),
 		backoff:   backoff,
+		flapping:  flapping,
 		stopGrace: cmp.Or(cfg.StopGrace, StopGraceDefault),
 		logger:    cmp.Or(cfg.Logger, slog.Default()),
 		stdout:    syncWriter{mu: &outMu, w: stdout},
 		stderr:    syncWriter{mu: &outMu, w: stderr},
 		events:    cfg.Events,
 		status:    status,
-	}, nil
+
+		logDir:      cfg.LogDir,
+		logMaxBytes: cmp.Or(cfg.LogMaxBytes, LogMaxBytesDefault),
+		logKeep:     cmp.Or(cfg.LogKeep, LogKeepDefault),
+		logFiles:    make([]*rotatingFile, len(agents)),
+
+		genPrefix:    genPrefix,
+		reapInterval: reapIntervalDefault,
+		seed:         rand.Uint64(),
+	}
+	sup.reaper = newReaper(EnvGeneration+"="+genPrefix, func(pid int, ws syscall.WaitStatus) {
+		sup.logger.Debug("reaped orphaned agent descendant", "pid", pid, "status", ws)
+		sup.testSignals.orphanReaped.signal(reapedOrphan{pid: pid, ws: ws})
+	})
+	return sup, nil
 }
 
 // Run launches every agent and keeps each running until ctx is cancelled:
@@ -189,14 +253,56 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	if !s.ran.CompareAndSwap(false, true) {
 		return errors.New("supervisor: Run called more than once")
 	}
+	if err := s.openLogFiles(); err != nil {
+		return err
+	}
+	defer s.closeLogFiles()
 	s.logger.Info("supervisor starting", "agents", len(s.agents))
+	if err := becomeSubreaper(); err != nil && containSupported {
+		s.logger.Warn("cannot adopt orphaned descendants; containment is by process group only", "err", err)
+	}
+	reapCtx, stopReaping := context.WithCancel(context.WithoutCancel(ctx))
+	var reaperDone sync.WaitGroup
+	reaperDone.Go(func() { s.reapLoop(reapCtx) })
 	var wg sync.WaitGroup
 	for i := range s.agents {
 		wg.Go(func() { s.superviseAgent(ctx, i) })
 	}
 	wg.Wait()
+	stopReaping()
+	reaperDone.Wait()
+	s.reaper.pass() // every generation is gone: reap what it left
 	s.logger.Info("supervisor stopped", "agents", len(s.agents))
 	return nil
+}
+
+// openLogFiles opens every agent's log file, if there is a LogDir.
+func (s *Supervisor) openLogFiles() error {
+	if s.logDir == "" {
+		return nil
+	}
+	for i, a := range s.agents {
+		path, err := LogFile(s.logDir, a.Name)
+		if err == nil {
+			s.logFiles[i], err = openRotatingFile(path, s.logMaxBytes, s.logKeep)
+		}
+		if err != nil {
+			s.closeLogFiles()
+			return fmt.Errorf("supervisor: agent %s: %w", a.Name, err)
+		}
+	}
+	return nil
+}
+
+func (s *Supervisor) closeLogFiles() {
+	for i, f := range s.logFiles {
+		if f != nil {
+			if err := f.Close(); err != nil {
+				s.logger.Error("close agent log file", "agent", s.agents[i].Name, "err", err)
+			}
+			s.logFiles[i] = nil
+		}
+	}
 }
 
 // Status returns the state of every agent, in Config.Agents order.
@@ -216,17 +322,24 @@ func (s *Supervisor) updateStatus(i int, f func(*AgentStatus)) {
 // is cancelled and the agent's process group is gone.
 func (s *Supervisor) superviseAgent(ctx context.Context, i int) {
 	log := s.logger.With("agent", s.agents[i].Name)
-	tracker := NewBackoffTracker(s.backoff)
+	tracker := NewBackoffTracker(s.backoff, rand.New(rand.NewPCG(s.seed, uint64(i))))
+	flap := NewFlapDetector(s.flapping)
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		if attempt > 0 {
 			s.updateStatus(i, func(st *AgentStatus) { st.Restarts++ })
 		}
-		runTime, launched := s.runOnce(ctx, i, log)
+		runTime, launched := s.runOnce(ctx, i, attempt, log)
 		if ctx.Err() != nil {
 			return
 		}
 		if !launched {
 			runTime = 0 // a launch failure backs off like a fast failure
+		}
+		if starts, n := flap.Exit(time.Now()); starts {
+			log.Warn("agent is flapping", "exits", n, "window", s.flapping.Window)
+			s.report(log, Event{Agent: s.agents[i].Name, Kind: vigiltype.EventFlapping,
+				Detail: map[string]any{"exits": n, "window_s": s.flapping.Window.Seconds()}})
+			s.testSignals.flapping.signal(n)
 		}
 		delay := tracker.Next(runTime)
 		log.Info("agent restart scheduled", "delay", delay)
@@ -241,9 +354,10 @@ func (s *Supervisor) superviseAgent(ctx context.Context, i int) {
 // because the process exited or because ctx was cancelled. launched is false
 // if the process could not be started; runTime is measured on the monotonic
 // clock.
-func (s *Supervisor) runOnce(ctx context.Context, i int, log *slog.Logger) (runTime time.Duration, launched bool) {
+func (s *Supervisor) runOnce(ctx context.Context, i, attempt int, log *slog.Logger) (runTime time.Duration, launched bool) {
 	a := s.agents[i]
-	cmd, pipes, err := s.start(a)
+	gen := EnvGeneration + "=" + s.genPrefix + a.Name + "." + strconv.Itoa(attempt)
+	cmd, pipes, err := s.start(a, gen)
 	if err != nil {
 		log.Error("agent launch failed", "command", a.Command, "dir", a.Dir, "err", err)
 		s.recordExit(i, "launch failed: "+err.Error())
@@ -262,12 +376,18 @@ func (s *Supervisor) runOnce(ctx context.Context, i int, log *slog.Logger) (runT
 	// Copy output only now, so that a line from the child is never seen
 	// before Status and the log show the child running.
 	tail := newLineTail(stderrTailLines, a.Name)
-	pipes[1].w = io.MultiWriter(pipes[1].w, tail)
+	pipes[1].w = teeWriter{pipes[1].w, tail}
+	if f := s.logFiles[i]; f != nil {
+		prefix := len("[" + a.Name + "] ")
+		pipes[0].w = teeWriter{pipes[0].w, logLineWriter{file: f, stream: "stdout", prefix: prefix, now: time.Now}}
+		pipes[1].w = append(pipes[1].w.(teeWriter), logLineWriter{file: f, stream: "stderr", prefix: prefix, now: time.Now})
+	}
 	out := startOutputCopy(a.Name, pipes...)
 
 	waited := make(chan struct{})
 	go func() {
 		_ = cmd.Wait() // the outcome is in cmd.ProcessState
+		s.reaper.leaderWaited(pid)
 		close(waited)
 	}()
 
@@ -275,18 +395,20 @@ func (s *Supervisor) runOnce(ctx context.Context, i int, log *slog.Logger) (runT
 	case <-waited:
 		runTime = time.Since(started)
 		s.recordExit(i, logExit(log, slog.LevelWarn, "agent exited", pid, cmd.ProcessState, runTime))
-		// The leader is gone; anything it left in its group would be
-		// orphaned by the restart, so it goes too.
-		if groupRunning(pid) {
+		// The leader is gone; anything it left, in its group or escaped
+		// from it, would be orphaned by the restart, so it goes too.
+		if s.generationRunning(pid, gen) {
 			log.Warn("agent left processes in its group; stopping them", "pgid", pid)
-			s.stopGroup(log, pid, waited)
+			s.stopGeneration(log, pid, gen, waited)
 		}
+		s.reaper.pass()
 		out.finish(outputDrainTimeout)
 		s.report(log, exitEvent(a.Name, cmd.ProcessState, runTime, tail.String()))
 		s.testSignals.exited.signal(s.Status()[i].LastExit)
 		return runTime, true
 	case <-ctx.Done():
-		s.stopGroup(log, pid, waited)
+		s.stopGeneration(log, pid, gen, waited)
+		s.reaper.pass()
 		runTime = time.Since(started)
 		s.recordExit(i, logExit(log, slog.LevelInfo, "agent stopped", pid, cmd.ProcessState, runTime))
 	}
@@ -330,12 +452,13 @@ func (s *Supervisor) recordExit(i int, desc string) {
 	})
 }
 
-// start launches agent a in a new process group. The returned pipes carry
+// start launches agent a in a new process group, with gen (the generation
+// marker, EnvGeneration=…) last in its environment. The returned pipes carry
 // its stdout and stderr, paired with the supervisor's writers.
-func (s *Supervisor) start(a Agent) (*exec.Cmd, []outputPair, error) {
+func (s *Supervisor) start(a Agent, gen string) (*exec.Cmd, []outputPair, error) {
 	cmd := exec.Command(a.Command[0], a.Command[1:]...)
 	cmd.Dir = a.Dir
-	cmd.Env = s.childEnv(a)
+	cmd.Env = append(s.childEnv(a), gen)
 	cmd.SysProcAttr = groupSysProcAttr()
 	// Own pipes rather than io.Writers: exec would copy from a goroutine that
 	// Wait joins, and Wait would then block on any grandchild that still
@@ -350,7 +473,12 @@ func (s *Supervisor) start(a Agent) (*exec.Cmd, []outputPair, error) {
 		return nil, nil, fmt.Errorf("stderr pipe: %w", err)
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
-	err = cmd.Start()
+	err = s.reaper.startLeader(func() (int, error) {
+		if err := cmd.Start(); err != nil {
+			return 0, err
+		}
+		return cmd.Process.Pid, nil
+	})
 	// The child has its own copies; ours would keep the pipes open forever.
 	_, _ = outW.Close(), errW.Close()
 	if err != nil {
@@ -374,49 +502,79 @@ func (s *Supervisor) childEnv(a Agent) []string {
 	return env
 }
 
-// stopGroup stops process group pgid (DESIGN S3): SIGTERM; up to StopGrace
-// for the leader to be reaped (waited closed) and the rest of the group to
-// exit; then SIGKILL. It returns once the leader is reaped and no process of
-// the group is running.
-func (s *Supervisor) stopGroup(log *slog.Logger, pgid int, waited <-chan struct{}) {
+// stopGeneration stops one generation of an agent (DESIGN S3): its process
+// group pgid and every process carrying its marker gen, wherever it is
+// (setsid, double fork). SIGTERM; up to StopGrace for the leader to be
+// reaped (waited closed) and the rest to exit; then SIGKILL, repeated for
+// any process the generation still forks. It returns once the leader is
+// reaped and no process of the generation is running.
+func (s *Supervisor) stopGeneration(log *slog.Logger, pgid int, gen string, waited <-chan struct{}) {
 	if err := terminateGroup(pgid); err != nil {
 		log.Error("stop agent", "pgid", pgid, "err", err)
 	}
+	if err := signalPIDs(s.generationPIDs(gen), syscall.SIGTERM); err != nil {
+		log.Error("stop agent's descendants", "pgid", pgid, "err", err)
+	}
 	grace := time.NewTimer(s.stopGrace)
 	defer grace.Stop()
-	if waitGroupGone(pgid, waited, grace.C) {
+	if s.waitGenerationGone(pgid, gen, waited, grace.C, nil) {
 		return
 	}
 	log.Warn("agent did not stop within grace; sending SIGKILL", "pgid", pgid, "grace", s.stopGrace)
-	if err := killGroup(pgid); err != nil {
-		log.Error("kill agent", "pgid", pgid, "err", err)
+	kill := func() {
+		if err := killGroup(pgid); err != nil {
+			log.Error("kill agent", "pgid", pgid, "err", err)
+		}
+		if err := signalPIDs(s.generationPIDs(gen), syscall.SIGKILL); err != nil {
+			log.Error("kill agent's descendants", "pgid", pgid, "err", err)
+		}
 	}
+	kill()
 	<-waited // SIGKILL cannot be ignored: the leader dies and Wait returns
 	bound := time.NewTimer(killReapTimeout)
 	defer bound.Stop()
-	if !waitGroupGone(pgid, waited, bound.C) {
-		log.Error("processes of the agent's group still running after SIGKILL", "pgid", pgid, "waited", killReapTimeout)
+	if !s.waitGenerationGone(pgid, gen, waited, bound.C, kill) {
+		log.Error("processes of the agent still running after SIGKILL", "pgid", pgid, "waited", killReapTimeout)
 	}
 }
 
-// waitGroupGone waits for the leader to be reaped (waited closed) and then
-// for group pgid to have no running process. It returns false if deadline
-// fires first.
-func waitGroupGone(pgid int, waited <-chan struct{}, deadline <-chan time.Time) bool {
+// generationRunning reports whether a process of group pgid, or one
+// carrying the generation marker gen, is running.
+func (s *Supervisor) generationRunning(pgid int, gen string) bool {
+	return groupRunning(pgid) || len(s.generationPIDs(gen)) > 0
+}
+
+// generationPIDs lists the live processes carrying marker gen, and tells
+// the reaper about them, so that it reaps them once they die even if its
+// own scans never saw them alive.
+func (s *Supervisor) generationPIDs(gen string) []int {
+	pids := generationPIDs(gen)
+	s.reaper.note(pids)
+	return pids
+}
+
+// waitGenerationGone waits for the leader to be reaped (waited closed) and
+// then for the generation (group pgid, marker gen) to have no running
+// process, calling each (if set) on every check that finds one. It returns
+// false if deadline fires first.
+func (s *Supervisor) waitGenerationGone(pgid int, gen string, waited <-chan struct{}, deadline <-chan time.Time, each func()) bool {
 	select {
 	case <-waited:
 	case <-deadline:
 		return false
 	}
-	if !groupRunning(pgid) {
+	if !s.generationRunning(pgid, gen) {
 		return true
 	}
 	tick := time.NewTicker(groupPollInterval)
 	defer tick.Stop()
 	for {
+		if each != nil {
+			each()
+		}
 		select {
 		case <-tick.C:
-			if !groupRunning(pgid) {
+			if !s.generationRunning(pgid, gen) {
 				return true
 			}
 		case <-deadline:

@@ -23,17 +23,15 @@ import (
 // time pass.
 const testTimeout = 15 * time.Second
 
-// prSetChildSubreaper is PR_SET_CHILD_SUBREAPER from <linux/prctl.h>.
-const prSetChildSubreaper = 36
-
 func TestMain(m *testing.M) {
 	// Make this test process the subreaper of its descendants: grandchildren
 	// orphaned by an agent's exit are reparented here instead of to PID 1,
 	// which in some containers never reaps them. The tests can then reap
 	// them and check that they are gone with kill(pid, 0) == ESRCH, and with
 	// which signal they died.
-	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
-		fmt.Fprintln(os.Stderr, "prctl(PR_SET_CHILD_SUBREAPER):", errno)
+	// Run does this too; the tests need it before any Run.
+	if err := becomeSubreaper(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	os.Exit(m.Run())
@@ -115,7 +113,7 @@ func TestSupervisorStopKillsWholeProcessGroup(t *testing.T) {
 	require.Less(t, elapsed, 5*time.Second, "SIGTERM to the group was enough; no wait for the grace period")
 
 	requireGone(t, leader)
-	ws := requireGone(t, grandchild)
+	ws := b.requireGone(t, grandchild)
 	require.True(t, ws.Signaled())
 	require.Equal(t, syscall.SIGTERM, ws.Signal(), "the grandchild got the group's SIGTERM")
 
@@ -148,7 +146,7 @@ func TestSupervisorKillsGroupAfterStopGrace(t *testing.T) {
 	require.Contains(t, recv(t, b.sup.testSignals.exited.ch, "exit"), "signal: killed after ")
 
 	requireGone(t, pid)
-	ws := requireGone(t, grandchild)
+	ws := b.requireGone(t, grandchild)
 	require.True(t, ws.Signaled())
 	require.Equal(t, syscall.SIGKILL, ws.Signal(), "the grandchild, ignoring TERM too, got the group's SIGKILL")
 
@@ -198,7 +196,7 @@ func TestSupervisorStopsLeftoversWhenLeaderExits(t *testing.T) {
 
 	require.Contains(t, recv(t, b.sup.testSignals.exited.ch, "exit"), "exit status 3 after ")
 	grandchild := b.stdout.waitPID(t, "[leaky] grandchild ")
-	ws := requireGone(t, grandchild) // before any stop: the exit itself cleared the group
+	ws := b.requireGone(t, grandchild) // before any stop: the exit itself cleared the group
 	require.Equal(t, syscall.SIGTERM, ws.Signal())
 	require.Equal(t, time.Hour, recv(t, b.sup.testSignals.restartScheduled.ch, "restart"))
 
@@ -259,7 +257,7 @@ func TestNew(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, StopGraceDefault, sup.stopGrace)
 		require.Equal(t, 30*time.Second, StopGraceDefault)
-		require.Equal(t, BackoffPolicy{Min: BackoffMinDefault, FastFailure: FastFailureDefault, Max: BackoffMaxDefault}, sup.backoff)
+		require.Equal(t, BackoffPolicy{Min: BackoffMinDefault, FastFailure: FastFailureDefault, Max: BackoffMaxDefault, Jitter: JitterDefault}, sup.backoff)
 		require.Equal(t, slog.Default(), sup.logger)
 		require.Equal(t, os.Stdout, sup.stdout.(syncWriter).w)
 		require.Equal(t, os.Stderr, sup.stderr.(syncWriter).w)
@@ -316,6 +314,15 @@ func TestNew(t *testing.T) {
 		{"MinAboveMax", Config{Agents: ok, Backoff: BackoffPolicy{Min: time.Hour}}, []string{
 			"Backoff.Min: 1h0m0s must not exceed Backoff.Max (5m0s)",
 		}},
+		{"JitterOutOfRange", Config{Agents: ok, Backoff: BackoffPolicy{Jitter: 1.5}}, []string{
+			"Backoff.Jitter: must be between 0 and 1 (or JitterOff), got 1.5",
+		}},
+		{"BadFlapping", Config{Agents: ok, Flapping: FlapPolicy{Exits: 1}}, []string{
+			"Flapping.Exits: must be at least 2, got 1",
+		}},
+		{"NegativeLogLimits", Config{Agents: ok, LogMaxBytes: -1, LogKeep: -1}, []string{
+			"LogMaxBytes: must not be negative, got -1", "LogKeep: must not be negative, got -1",
+		}},
 		{"NegativeStopGrace", Config{Agents: ok, StopGrace: -time.Second}, []string{
 			"StopGrace: must not be negative, got -1s",
 		}},
@@ -334,6 +341,7 @@ func TestNew(t *testing.T) {
 
 // testBundle is a supervisor under test with everything it writes captured.
 type testBundle struct {
+	reaped map[int]syscall.WaitStatus // orphans the supervisor reaped, from orphanReaped
 	sup    *Supervisor
 	stdout *lineSink
 	stderr *lineSink
@@ -349,9 +357,12 @@ func setup(t *testing.T, cfg Config) *testBundle {
 	t.Helper()
 	t.Cleanup(func() { goleak.VerifyNone(t) }) // registered first, so it runs last
 
-	b := &testBundle{stdout: newLineSink(), stderr: newLineSink(), logs: &logSink{t: t}}
+	b := &testBundle{stdout: newLineSink(), stderr: newLineSink(), logs: &logSink{t: t}, reaped: map[int]syscall.WaitStatus{}}
 	if cfg.Backoff == (BackoffPolicy{}) {
 		cfg.Backoff = BackoffPolicy{Min: 10 * time.Millisecond, FastFailure: time.Hour, Max: 40 * time.Millisecond}
+	}
+	if cfg.Backoff.Jitter == 0 {
+		cfg.Backoff.Jitter = JitterOff // exact delays, unless the test asks for jitter
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{
 		Level: slog.LevelDebug,
@@ -434,6 +445,44 @@ func requireGone(t *testing.T, pid int) syscall.WaitStatus {
 		require.Equal(t, pid, wpid, "process %d is still running", pid)
 	}
 	require.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "process %d still exists", pid)
+	return ws
+}
+
+// requireGone is requireGone for a descendant that the supervisor's reaper
+// may have reaped first: it then returns the status the reaper saw. It holds
+// off the reaper meanwhile, so that a reap and its record are never seen
+// half done.
+func (b *testBundle) requireGone(t *testing.T, pid int) syscall.WaitStatus {
+	t.Helper()
+	b.sup.reaper.mu.Lock()
+	var ws syscall.WaitStatus
+	wpid, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+	if err == nil {
+		require.Equal(t, pid, wpid, "process %d is still running", pid)
+	} else {
+		require.ErrorIs(t, err, syscall.ECHILD, "wait4(%d)", pid)
+		ws = b.reapedBySupervisor(t, pid)
+	}
+	b.sup.reaper.mu.Unlock()
+	require.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "process %d still exists", pid)
+	return ws
+}
+
+// reapedBySupervisor returns the status with which the supervisor reaped
+// pid, which it must have done already.
+func (b *testBundle) reapedBySupervisor(t *testing.T, pid int) syscall.WaitStatus {
+	t.Helper()
+	for {
+		select {
+		case r := <-b.sup.testSignals.orphanReaped.ch:
+			b.reaped[r.pid] = r.ws
+			continue
+		default:
+		}
+		break
+	}
+	ws, ok := b.reaped[pid]
+	require.True(t, ok, "process %d was reaped, but not by the supervisor", pid)
 	return ws
 }
 
@@ -524,3 +573,52 @@ func (s *logSink) count(sub string) int {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func TestSupervisorJittersRestartDelays(t *testing.T) {
+	policy := BackoffPolicy{Min: 10 * time.Millisecond, FastFailure: time.Hour, Max: 40 * time.Millisecond, Jitter: 0.5}
+	b := setup(t, Config{Agents: []Agent{{Name: "a", Command: []string{"true"}}}, Backoff: policy})
+	b.run(t)
+	for _, want := range []time.Duration{10, 20, 40, 40} {
+		lo, hi := policy.withDefaults().JitterBand(want * time.Millisecond)
+		d := recv(t, b.sup.testSignals.restartScheduled.ch, "restart")
+		require.GreaterOrEqual(t, d, lo)
+		require.LessOrEqual(t, d, hi)
+	}
+	b.stop(t)
+}
+
+func TestSupervisorWritesLogFiles(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "logs")
+	b := setup(t, Config{
+		Agents:  []Agent{{Name: "talker", Command: []string{"sh", "-c", `echo "to out"; echo "to err" >&2; exec sleep 1000`}}},
+		LogDir:  dir,
+		LogKeep: 1, LogMaxBytes: 1 << 20,
+	})
+	b.run(t)
+	b.stdout.waitLine(t, "[talker] to out")
+	b.stderr.waitLine(t, "[talker] to err")
+	b.stop(t) // the output is drained and the file closed by then
+
+	data, err := os.ReadFile(filepath.Join(dir, "talker.log"))
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	require.Len(t, lines, 2, string(data))
+	var streams []string
+	for _, l := range lines {
+		ts, rest, ok := strings.Cut(l, " ")
+		require.True(t, ok)
+		_, err := time.Parse(time.RFC3339Nano, ts)
+		require.NoError(t, err, l)
+		streams = append(streams, rest)
+	}
+	require.ElementsMatch(t, []string{"stdout to out", "stderr to err"}, streams)
+}
+
+func TestSupervisorLogDirUnusable(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	file := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	sup, err := New(Config{Agents: []Agent{{Name: "a", Command: []string{"true"}}}, LogDir: file, Logger: discardLogger()})
+	require.NoError(t, err)
+	require.ErrorContains(t, sup.Run(t.Context()), "supervisor: agent a: log dir: ")
+}

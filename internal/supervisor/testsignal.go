@@ -1,6 +1,9 @@
 package supervisor
 
-import "time"
+import (
+	"syscall"
+	"time"
+)
 
 // testSignal lets a test wait for something that happens inside the
 // supervisor's goroutines instead of sleeping (after river's
@@ -32,6 +35,14 @@ type testSignals struct {
 	launchFailed     testSignal[error]         // a launch failure
 	exited           testSignal[string]        // exit description, stops included
 	restartScheduled testSignal[time.Duration] // the backoff delay chosen
+	orphanReaped     testSignal[reapedOrphan]  // an adopted descendant reaped
+	flapping         testSignal[int]           // a flapping episode began after this many exits
+}
+
+// reapedOrphan is an adopted descendant the reaper reaped, and its status.
+type reapedOrphan struct {
+	pid int
+	ws  syscall.WaitStatus
 }
 
 func (s *testSignals) init() {
@@ -39,4 +50,6 @@ func (s *testSignals) init() {
 	s.launchFailed.init()
 	s.exited.init()
 	s.restartScheduled.init()
+	s.orphanReaped.init()
+	s.flapping.init()
 }

@@ -1,0 +1,147 @@
+//go:build linux
+
+package supervisor
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+)
+
+// prSetChildSubreaper is PR_SET_CHILD_SUBREAPER from <linux/prctl.h>.
+const prSetChildSubreaper = 36
+
+// becomeSubreaper makes this process the child subreaper of its descendants
+// (prctl(2)): a process whose parent dies is reparented to the nearest living
+// subreaper ancestor instead of PID 1. An agent's double-forked, setsid()'ed
+// grandchild thus becomes our child, which the reaper can wait for. The
+// setting is per process and stays for its lifetime.
+func becomeSubreaper() error {
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
+		return fmt.Errorf("prctl(PR_SET_CHILD_SUBREAPER): %w", errno)
+	}
+	return nil
+}
+
+// procInfo is what the reaper and the generation scans read from
+// /proc/<pid>/stat.
+type procInfo struct {
+	pid, ppid, pgid, sid int
+	state                byte
+}
+
+// live reports whether the process is running (not a zombie or dead).
+func (p procInfo) live() bool { return p.state != 'Z' && p.state != 'X' }
+
+// listProcs reads every process's /proc/<pid>/stat. Processes that exit
+// meanwhile are skipped.
+func listProcs() ([]procInfo, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	procs := make([]procInfo, 0, len(entries))
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		p, ok := parseProcStatFull(stat)
+		if !ok {
+			continue
+		}
+		p.pid = pid
+		procs = append(procs, p)
+	}
+	return procs, nil
+}
+
+// parseProcStatFull extracts state, ppid, pgrp and session from
+// "pid (comm) state ppid pgrp session …".
+func parseProcStatFull(stat []byte) (procInfo, bool) {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return procInfo{}, false
+	}
+	f := bytes.Fields(stat[i+1:])
+	if len(f) < 4 || len(f[0]) != 1 {
+		return procInfo{}, false
+	}
+	var nums [3]int
+	for j := range nums {
+		n, err := strconv.Atoi(string(f[j+1]))
+		if err != nil {
+			return procInfo{}, false
+		}
+		nums[j] = n
+	}
+	return procInfo{state: f[0][0], ppid: nums[0], pgid: nums[1], sid: nums[2]}, true
+}
+
+// environHas reports whether process pid's initial environment (the one it
+// was exec'd with) holds the entry kv ("NAME=value"), or, with prefix set,
+// an entry starting with kv. A zombie's environment reads empty.
+func environHas(pid int, kv string, prefix bool) bool {
+	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return false // gone, or not ours to read
+	}
+	for entry := range bytes.SplitSeq(env, []byte{0}) {
+		if prefix && bytes.HasPrefix(entry, []byte(kv)) || string(entry) == kv {
+			return true
+		}
+	}
+	return false
+}
+
+// generationPIDs lists the live processes carrying the generation marker
+// entry kv in their environment, wherever they are in the process tree and
+// whatever their group or session.
+func generationPIDs(kv string) []int {
+	procs, err := listProcs()
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	self := os.Getpid()
+	for _, p := range procs {
+		if p.pid != self && p.live() && environHas(p.pid, kv, false) {
+			pids = append(pids, p.pid)
+		}
+	}
+	return pids
+}
+
+// signalPIDs sends sig to each pid; one that is gone already is not an
+// error.
+func signalPIDs(pids []int, sig syscall.Signal) error {
+	var errs []error
+	for _, pid := range pids {
+		if pid <= 1 {
+			continue
+		}
+		if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("signal %d with %s: %w", pid, sig, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// reapPID reaps pid if it is a zombie child of ours; ok is false if it is
+// still running or not our child.
+func reapPID(pid int) (syscall.WaitStatus, bool) {
+	var ws syscall.WaitStatus
+	wpid, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+	return ws, err == nil && wpid == pid
+}
+
+// containSupported reports whether descendants that leave the process group
+// can be tracked here.
+const containSupported = true

@@ -1,0 +1,190 @@
+//go:build linux
+
+package supervisor
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// reaper reaps the agents' descendants that were orphaned and reparented to
+// this (subreaper) process. It is the only code here that calls wait4 for
+// anything but an agent's leader, whose status belongs to os/exec.
+//
+// It never calls wait4(-1): this process may have other children (the
+// daemon's and the CLI's own os/exec children, tests), and reaping one of
+// them would steal its exit status from its cmd.Wait. A zombie child is
+// reaped only when known to descend from an agent:
+//   - it was seen alive with this supervisor's generation marker
+//     (EnvGeneration) in its environment, or
+//   - it is in the process group of an agent generation, or
+//   - it is in a session created by a process that carried the marker.
+//
+// Leaders are registered under mu while os/exec starts them, so a pass never
+// sees an unregistered leader.
+type reaper struct {
+	self     int
+	marker   string // EnvGeneration + "=" + this supervisor's prefix
+	onReaped func(pid int, ws syscall.WaitStatus)
+
+	mu       sync.Mutex
+	leaders  map[int]struct{} // started by os/exec, not yet waited: never ours to reap
+	groups   map[int]struct{} // process groups of agent generations
+	seen     map[int]struct{} // live descendants seen carrying the marker
+	sessions map[int]struct{} // sessions led by a marked process
+}
+
+func newReaper(marker string, onReaped func(int, syscall.WaitStatus)) *reaper {
+	return &reaper{
+		self: os.Getpid(), marker: marker, onReaped: onReaped,
+		leaders: map[int]struct{}{}, groups: map[int]struct{}{},
+		seen: map[int]struct{}{}, sessions: map[int]struct{}{},
+	}
+}
+
+// startLeader runs start (which starts one agent process and returns its
+// pid, or an error) with passes held off, and registers the new leader and
+// its group.
+func (r *reaper) startLeader(start func() (int, error)) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pid, err := start()
+	if err != nil {
+		return err
+	}
+	r.leaders[pid] = struct{}{}
+	r.groups[pid] = struct{}{}
+	return nil
+}
+
+// note records pids as live marked descendants (found by a generation
+// scan), reapable once they die.
+func (r *reaper) note(pids []int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, pid := range pids {
+		if _, leader := r.leaders[pid]; !leader {
+			r.seen[pid] = struct{}{}
+		}
+	}
+}
+
+// leaderWaited forgets leader pid once os/exec has reaped it.
+func (r *reaper) leaderWaited(pid int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.leaders, pid)
+}
+
+// pass records the live marked descendants and reaps every zombie child
+// known to descend from an agent. It returns how many it reaped.
+func (r *reaper) pass() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	procs, err := listProcs()
+	if err != nil {
+		return 0
+	}
+	selfSID := -1
+	parent := make(map[int]int, len(procs))
+	present := make(map[int]struct{}, len(procs))
+	for _, p := range procs {
+		parent[p.pid] = p.ppid
+		present[p.pid] = struct{}{}
+		if p.pid == r.self {
+			selfSID = p.sid
+		}
+	}
+	reaped := 0
+	groups := map[int]struct{}{}
+	sessions := map[int]struct{}{}
+	for _, p := range procs {
+		groups[p.pgid] = struct{}{}
+		sessions[p.sid] = struct{}{}
+		if _, leader := r.leaders[p.pid]; leader || p.pid == r.self {
+			continue
+		}
+		if p.live() {
+			if descends(p.pid, r.self, parent) && environHas(p.pid, r.marker, true) {
+				r.seen[p.pid] = struct{}{}
+				if p.sid != selfSID && p.sid == p.pid {
+					r.sessions[p.sid] = struct{}{}
+				}
+			}
+			continue
+		}
+		if p.ppid != r.self {
+			continue
+		}
+		_, seen := r.seen[p.pid]
+		_, group := r.groups[p.pgid]
+		_, session := r.sessions[p.sid]
+		if !seen && !group && !session {
+			continue
+		}
+		if ws, ok := reapPID(p.pid); ok {
+			delete(r.seen, p.pid)
+			reaped++
+			if r.onReaped != nil {
+				r.onReaped(p.pid, ws)
+			}
+		}
+	}
+	// Forget what no longer exists: no process can join a group or session
+	// that has no member left.
+	for pid := range r.seen {
+		if _, ok := present[pid]; !ok {
+			delete(r.seen, pid)
+		}
+	}
+	for g := range r.groups {
+		if _, ok := groups[g]; !ok {
+			delete(r.groups, g)
+		}
+	}
+	for s := range r.sessions {
+		if _, ok := sessions[s]; !ok {
+			delete(r.sessions, s)
+		}
+	}
+	return reaped
+}
+
+// descends reports whether pid has ancestor in the parent map.
+func descends(pid, ancestor int, parent map[int]int) bool {
+	for range len(parent) { // bounds a (transient) cycle
+		ppid, ok := parent[pid]
+		if !ok || ppid <= 1 {
+			return ppid == ancestor
+		}
+		if ppid == ancestor {
+			return true
+		}
+		pid = ppid
+	}
+	return false
+}
+
+// reapLoop runs reaper passes on every SIGCHLD and every reapInterval until
+// ctx is cancelled. The ticker catches orphans that die without a SIGCHLD
+// reaching us and records marked descendants before they are orphaned.
+func (s *Supervisor) reapLoop(ctx context.Context) {
+	sigchld := make(chan os.Signal, 1)
+	signal.Notify(sigchld, syscall.SIGCHLD)
+	defer signal.Stop(sigchld)
+	tick := time.NewTicker(s.reapInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sigchld:
+		case <-tick.C:
+		}
+		s.reaper.pass()
+	}
+}
