@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/vigil-fleet/vigil/internal/daemon"
 	"github.com/vigil-fleet/vigil/internal/events"
@@ -32,6 +33,7 @@ func newUpCmd() *cobra.Command {
 		logMax    int64
 		logKeep   int
 	)
+	var stall stallFlags
 	cmd := &cobra.Command{
 		Use:     "up",
 		GroupID: "server",
@@ -65,6 +67,9 @@ Fleet file:
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, logger, err := f.config(cmd)
 			if err != nil {
+				return err
+			}
+			if err := stall.check(); err != nil {
 				return err
 			}
 			if err := checkBackoff(backoff); err != nil {
@@ -120,6 +125,7 @@ Fleet file:
 				Logger: logger, Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
 				Events: eventRecorder{d.Events},
 				LogDir: logDir, LogMaxBytes: logMax, LogKeep: logKeep,
+				Stall: stall.config(d.Lease),
 			})
 			if err != nil {
 				_ = d.Stop()
@@ -165,6 +171,7 @@ Fleet file:
 	fs.Int64Var(&logMax, "log-max-bytes", supervisor.LogMaxBytesDefault, "rotate an agent's log file when it would pass this size (10 MiB)")
 	fs.IntVar(&logKeep, "log-keep", supervisor.LogKeepDefault, "rotated log files kept per agent, besides the current one")
 	fs.DurationVar(&stopGrace, "stop-grace", supervisor.StopGraceDefault, "time between SIGTERM and SIGKILL when stopping an agent")
+	stall.register(fs)
 	return cmd
 }
 
@@ -201,4 +208,42 @@ func (r eventRecorder) RecordEvent(ctx context.Context, e supervisor.Event) erro
 		RunDurationMS: e.RunDuration.Milliseconds(), StderrTail: e.StderrTail, Detail: detail,
 	})
 	return err
+}
+
+// stallFlags are the stall-detection flags (DESIGN S4).
+type stallFlags struct {
+	after, every    time.Duration
+	pendingApproval string
+	off             bool
+}
+
+func (f *stallFlags) register(fs *pflag.FlagSet) {
+	fs.DurationVar(&f.after, "stall-after", supervisor.StallAfterDefault,
+		"a task running longer than this is stalled: its agent is killed and restarted, the task taken back (DESIGN S4)")
+	fs.DurationVar(&f.every, "stall-check", supervisor.StallCheckDefault, "how often to look for stalled tasks")
+	fs.StringVar(&f.pendingApproval, "pending-approval-cmd", "",
+		"shell command asked before any stall kill: exit 0 = an approval is pending, kill nothing")
+	fs.BoolVar(&f.off, "no-stall-kill", false, "turn stall detection off")
+}
+
+func (f *stallFlags) check() error {
+	switch {
+	case f.after < time.Second:
+		return fmt.Errorf("--stall-after must be at least 1s, got %s", f.after)
+	case f.every < 10*time.Millisecond:
+		return fmt.Errorf("--stall-check must be at least 10ms, got %s", f.every)
+	}
+	return nil
+}
+
+// config is the supervisor's stall configuration over source, nil when off.
+func (f *stallFlags) config(source supervisor.StallSource) *supervisor.StallConfig {
+	if f.off {
+		return nil
+	}
+	c := &supervisor.StallConfig{Source: source, After: f.after, Every: f.every}
+	if f.pendingApproval != "" {
+		c.PendingApproval = supervisor.PendingApprovalCommand([]string{"sh", "-c", f.pendingApproval})
+	}
+	return c
 }

@@ -82,6 +82,8 @@ type Config struct {
 	// failure (DESIGN E1); none for the stops of the supervisor's own
 	// shutdown (S3). Optional. Recording is best effort: a failure is logged.
 	Events EventSink
+	// Stall, when set with a Source, turns on stall detection (DESIGN S4).
+	Stall *StallConfig
 }
 
 // EventSink records the supervisor's process events.
@@ -136,6 +138,8 @@ type Supervisor struct {
 	stdout    io.Writer
 	stderr    io.Writer
 	events    EventSink
+	stall     StallConfig   // Source nil: no stall detection
+	kills     []chan string // per agent: kill the current process now (the reason)
 
 	logDir      string
 	logMaxBytes int64
@@ -212,6 +216,10 @@ func New(cfg Config) (*Supervisor, error) {
 	if stderr == nil {
 		stderr = os.Stderr
 	}
+	kills := make([]chan string, len(agents))
+	for i := range kills {
+		kills[i] = make(chan string, 1)
+	}
 	var outMu sync.Mutex
 	genPrefix := fmt.Sprintf("%d.%s.", os.Getpid(), crand.Text()[:12])
 	sup := &Supervisor{
@@ -225,6 +233,7 @@ func New(cfg Config) (*Supervisor, error) {
 		stderr:    syncWriter{mu: &outMu, w: stderr},
 		events:    cfg.Events,
 		status:    status,
+		kills:     kills,
 
 		logDir:      cfg.LogDir,
 		logMaxBytes: cmp.Or(cfg.LogMaxBytes, LogMaxBytesDefault),
@@ -234,6 +243,9 @@ func New(cfg Config) (*Supervisor, error) {
 		genPrefix:    genPrefix,
 		reapInterval: reapIntervalDefault,
 		seed:         rand.Uint64(),
+	}
+	if cfg.Stall != nil && cfg.Stall.Source != nil {
+		sup.stall = cfg.Stall.withDefaults()
 	}
 	sup.reaper = newReaper(EnvGeneration+"="+genPrefix, func(pid int, ws syscall.WaitStatus) {
 		sup.logger.Debug("reaped orphaned agent descendant", "pid", pid, "status", ws)
@@ -267,6 +279,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for i := range s.agents {
 		wg.Go(func() { s.superviseAgent(ctx, i) })
+	}
+	if s.stall.Source != nil {
+		wg.Go(func() { s.stallLoop(ctx) })
 	}
 	wg.Wait()
 	stopReaping()
@@ -356,6 +371,10 @@ func (s *Supervisor) superviseAgent(ctx context.Context, i int) {
 // clock.
 func (s *Supervisor) runOnce(ctx context.Context, i, attempt int, log *slog.Logger) (runTime time.Duration, launched bool) {
 	a := s.agents[i]
+	select {
+	case <-s.kills[i]: // meant for the previous process, which is gone
+	default:
+	}
 	gen := EnvGeneration + "=" + s.genPrefix + a.Name + "." + strconv.Itoa(attempt)
 	cmd, pipes, err := s.start(a, gen)
 	if err != nil {
@@ -406,6 +425,13 @@ func (s *Supervisor) runOnce(ctx context.Context, i, attempt int, log *slog.Logg
 		s.report(log, exitEvent(a.Name, cmd.ProcessState, runTime, tail.String()))
 		s.testSignals.exited.signal(s.Status()[i].LastExit)
 		return runTime, true
+	case reason := <-s.kills[i]:
+		// Killed on purpose (a stall kill): the event that says why is
+		// already recorded, so no exit event; the loop restarts it.
+		s.stopGeneration(log, pid, gen, waited)
+		s.reaper.pass()
+		runTime = time.Since(started)
+		s.recordExit(i, reason+": "+logExit(log, slog.LevelWarn, "agent killed: "+reason, pid, cmd.ProcessState, runTime))
 	case <-ctx.Done():
 		s.stopGeneration(log, pid, gen, waited)
 		s.reaper.pass()

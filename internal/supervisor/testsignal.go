@@ -37,6 +37,7 @@ type testSignals struct {
 	restartScheduled testSignal[time.Duration] // the backoff delay chosen
 	orphanReaped     testSignal[reapedOrphan]  // an adopted descendant reaped
 	flapping         testSignal[int]           // a flapping episode began after this many exits
+	stallChecked     testSignal[int]           // a stall check ended, killing this many agents
 }
 
 // reapedOrphan is an adopted descendant the reaper reaped, and its status.
@@ -50,6 +51,7 @@ func (s *testSignals) init() {
 	s.launchFailed.init()
 	s.exited.init()
 	s.restartScheduled.init()
+	s.stallChecked.init()
 	s.orphanReaped.init()
 	s.flapping.init()
 }

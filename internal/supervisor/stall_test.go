@@ -1,0 +1,159 @@
+//go:build linux
+
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vigil-fleet/vigil/vigiltype"
+)
+
+// stallTasks is a StallSource over a fixed set of stalled tasks per kind;
+// it records the reclaims asked of it.
+type stallTasks struct {
+	mu        sync.Mutex
+	byKind    map[string][]*vigiltype.Task
+	readErr   error
+	reclaimed []int64
+}
+
+func (s *stallTasks) Stalled(_ context.Context, kind string, _ time.Duration) ([]*vigiltype.Task, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.readErr != nil {
+		return nil, s.readErr
+	}
+	return s.byKind[kind], nil
+}
+
+func (s *stallTasks) ReclaimStalled(_ context.Context, taskID, epoch int64, _ string) (*vigiltype.Task, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reclaimed = append(s.reclaimed, taskID)
+	// The task is no longer stalled: the next check finds nothing.
+	for kind, tasks := range s.byKind {
+		for j, t := range tasks {
+			if t.TaskID == taskID {
+				s.byKind[kind] = append(tasks[:j:j], tasks[j+1:]...)
+				if t.LeaseEpoch != epoch {
+					return nil, vigiltype.ErrStaleEpoch
+				}
+			}
+		}
+	}
+	return &vigiltype.Task{TaskID: taskID}, nil
+}
+
+func (s *stallTasks) reclaims() []int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]int64(nil), s.reclaimed...)
+}
+
+func stalledTask(id int64) *vigiltype.Task {
+	started := time.Now().Add(-time.Hour)
+	return &vigiltype.Task{TaskID: id, LeaseEpoch: 1, Status: vigiltype.TaskRunning, StartedAt: &started}
+}
+
+// DESIGN S4: an agent holding tasks past stall_after is killed and
+// restarted, one stall_kill event is recorded, and every such task is taken
+// back; an agent without stalled tasks is left alone.
+func TestSupervisorStallKill(t *testing.T) {
+	source := &stallTasks{byKind: map[string][]*vigiltype.Task{"wedged": {stalledTask(7), stalledTask(8)}}}
+	events := newEventLog()
+	b := setup(t, Config{
+		Agents: []Agent{
+			{Name: "wedged", Command: []string{"sleep", "1000"}},
+			{Name: "healthy", Command: []string{"sleep", "1000"}},
+		},
+		Backoff: BackoffPolicy{Min: 10 * time.Millisecond, FastFailure: time.Hour, Max: 10 * time.Millisecond, Jitter: JitterOff},
+		Events:  events,
+		Stall:   &StallConfig{Source: source, After: time.Minute, Every: 20 * time.Millisecond},
+	})
+	b.run(t)
+	firstPIDs := map[int]bool{recv(t, b.sup.testSignals.started.ch, "start"): true, recv(t, b.sup.testSignals.started.ch, "start"): true}
+
+	require.Equal(t, 1, waitStallCheck(t, b, func(n int) bool { return n > 0 }), "one agent killed")
+	require.Contains(t, recv(t, b.sup.testSignals.exited.ch, "the kill"), "stall kill: ")
+	restarted := recv(t, b.sup.testSignals.started.ch, "the restart")
+	require.False(t, firstPIDs[restarted], "a new process")
+	b.stop(t)
+
+	require.ElementsMatch(t, []int64{7, 8}, source.reclaims())
+	var stallKills []Event
+	for _, e := range events.all() {
+		require.NotEqual(t, vigiltype.EventExit, e.Kind, "a stall kill is not also reported as an exit")
+		if e.Kind == vigiltype.EventStallKill {
+			stallKills = append(stallKills, e)
+		}
+	}
+	require.Len(t, stallKills, 1)
+	require.Equal(t, "wedged", stallKills[0].Agent)
+	require.Equal(t, []int64{7, 8}, stallKills[0].Detail["task_ids"])
+	for _, st := range b.sup.Status() {
+		if st.Name == "healthy" {
+			require.Zero(t, st.Restarts, "the healthy agent was left alone")
+		}
+	}
+}
+
+// While an approval is pending, or when the check or the task read fails,
+// nothing is killed (fail open).
+func TestSupervisorStallKillSuppressed(t *testing.T) {
+	for name, c := range map[string]struct {
+		pending func(context.Context) (bool, error)
+		readErr error
+	}{
+		"approval pending": {pending: func(context.Context) (bool, error) { return true, nil }},
+		"approval check fails": {pending: func(context.Context) (bool, error) {
+			return false, errors.New("approvals store unreachable")
+		}},
+		"task read fails": {readErr: errors.New("server unreachable")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			source := &stallTasks{byKind: map[string][]*vigiltype.Task{"wedged": {stalledTask(7)}}, readErr: c.readErr}
+			events := newEventLog()
+			b := setup(t, Config{
+				Agents: []Agent{{Name: "wedged", Command: []string{"sleep", "1000"}}},
+				Events: events,
+				Stall:  &StallConfig{Source: source, After: time.Minute, Every: 10 * time.Millisecond, PendingApproval: c.pending},
+			})
+			b.run(t)
+			recv(t, b.sup.testSignals.started.ch, "start")
+			for range 5 {
+				require.Equal(t, 0, recv(t, b.sup.testSignals.stallChecked.ch, "stall check"))
+			}
+			b.stop(t)
+			require.Empty(t, source.reclaims())
+			require.Empty(t, events.all())
+			require.Zero(t, b.sup.Status()[0].Restarts)
+		})
+	}
+}
+
+func TestPendingApprovalCommand(t *testing.T) {
+	pending, err := PendingApprovalCommand([]string{"true"})(t.Context())
+	require.NoError(t, err)
+	require.True(t, pending, "exit 0 means pending")
+	pending, err = PendingApprovalCommand([]string{"sh", "-c", "exit 1"})(t.Context())
+	require.NoError(t, err)
+	require.False(t, pending)
+	_, err = PendingApprovalCommand([]string{"/nonexistent/check"})(t.Context())
+	require.Error(t, err, "a command that cannot run is an error, which fails open")
+}
+
+// waitStallCheck waits for a stall check whose kill count satisfies ok.
+func waitStallCheck(t *testing.T, b *testBundle, ok func(int) bool) int {
+	t.Helper()
+	for {
+		if n := recv(t, b.sup.testSignals.stallChecked.ch, "stall check"); ok(n) {
+			return n
+		}
+	}
+}
