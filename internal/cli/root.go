@@ -89,7 +89,7 @@ Then ask it:                             vigil ps; vigil tasks ls; vigil sweeper
 		&cobra.Group{ID: "query", Title: "Processes, tasks, agents and events:"},
 	)
 	root.AddCommand(
-		newServeCmd(), newUpCmd(), newMigrateCmd(),
+		newServeCmd(), newUpCmd(), newSuperviseCmd(), newMigrateCmd(),
 		newPsCmd(), newStatusCmd(), newPruneCmd(), withSessionCmds(newTasksCmd()), newSweepersCmd(),
 		newHeartbeatCmd(), newTouchActivityCmd(), newRunCmd(), newWatchdogCmd(),
 		newAgentsCmd(), newEventsCmd(),

@@ -1,0 +1,169 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/vigil-fleet/vigil/internal/registry"
+	"github.com/vigil-fleet/vigil/internal/supervisor"
+)
+
+// supervisorFlags are the flags of the commands that supervise a fleet
+// (up, supervise).
+type supervisorFlags struct {
+	fleetPath string
+	backoff   supervisor.BackoffPolicy
+	stopGrace time.Duration
+	flapping  supervisor.FlapPolicy
+	logDir    string
+	logMax    int64
+	logKeep   int
+	stall     stallFlags
+}
+
+func (sf *supervisorFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&sf.fleetPath, "fleet", FleetFileDefault, "fleet file (YAML) listing the agents to run")
+	fs.DurationVar(&sf.backoff.Min, "backoff-min", supervisor.BackoffMinDefault, "restart delay after an exit (DESIGN S2)")
+	fs.DurationVar(&sf.backoff.FastFailure, "backoff-fast-failure", supervisor.FastFailureDefault, "a run shorter than this doubles the next delay")
+	fs.DurationVar(&sf.backoff.Max, "backoff-max", supervisor.BackoffMaxDefault, "cap on the restart delay")
+	fs.Float64Var(&sf.backoff.Jitter, "backoff-jitter", supervisor.JitterDefault,
+		"spread each restart delay d over [d, d+jitter·d] (ending at --backoff-max at the cap), so agents failing together do not restart in lockstep (DESIGN S2); 0 to 1, 0 disables")
+	fs.IntVar(&sf.flapping.Exits, "flap-exits", supervisor.FlapExitsDefault,
+		"record a flapping event (DESIGN E1) when an agent exits this many times within --flap-window, however long each run; at least 2")
+	fs.DurationVar(&sf.flapping.Window, "flap-window", supervisor.FlapWindowDefault, "sliding window for --flap-exits")
+	fs.StringVar(&sf.logDir, "log-dir", "",
+		"directory for the agents' log files <agent>.log, read by 'vigil logs'; created if missing"+logDirHelp)
+	fs.Int64Var(&sf.logMax, "log-max-bytes", supervisor.LogMaxBytesDefault, "rotate an agent's log file when it would pass this size (10 MiB)")
+	fs.IntVar(&sf.logKeep, "log-keep", supervisor.LogKeepDefault, "rotated log files kept per agent, besides the current one")
+	fs.DurationVar(&sf.stopGrace, "stop-grace", supervisor.StopGraceDefault, "time between SIGTERM and SIGKILL when stopping an agent")
+	sf.stall.register(fs)
+}
+
+// load validates the flags and reads the fleet file; defaultLogs is the log
+// directory when --log-dir is not given.
+func (sf *supervisorFlags) load(cmd *cobra.Command, defaultLogs string) (*supervisor.Fleet, error) {
+	if err := sf.stall.check(); err != nil {
+		return nil, err
+	}
+	if err := checkBackoff(sf.backoff); err != nil {
+		return nil, err
+	}
+	if sf.backoff.Jitter == 0 {
+		sf.backoff.Jitter = supervisor.JitterOff
+	}
+	switch {
+	case sf.stopGrace <= 0:
+		return nil, fmt.Errorf("--stop-grace must be positive, got %s", sf.stopGrace)
+	case sf.flapping.Exits < 2:
+		return nil, fmt.Errorf("--flap-exits must be at least 2, got %d", sf.flapping.Exits)
+	case sf.flapping.Window <= 0:
+		return nil, fmt.Errorf("--flap-window must be positive, got %s", sf.flapping.Window)
+	case sf.logMax < 1024:
+		return nil, fmt.Errorf("--log-max-bytes must be at least 1024, got %d", sf.logMax)
+	case sf.logKeep < 1:
+		return nil, fmt.Errorf("--log-keep must be at least 1, got %d", sf.logKeep)
+	}
+	if sf.logDir == "" {
+		if cmd.Flags().Changed("log-dir") {
+			return nil, errors.New("--log-dir must not be empty")
+		}
+		sf.logDir = defaultLogs
+	}
+	fleet, err := supervisor.LoadFleet(sf.fleetPath)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("--fleet %s: no such file (the bundled example is examples/fleet.yaml)", sf.fleetPath)
+		}
+		return nil, err // names the file and the field
+	}
+	return fleet, nil
+}
+
+// config is the supervisor's configuration for fleet.
+func (sf *supervisorFlags) config(cmd *cobra.Command, fleet *supervisor.Fleet, extraEnv map[string]string,
+	logger *slog.Logger, events supervisor.EventSink, stall supervisor.StallSource) supervisor.Config {
+	return supervisor.Config{
+		Agents: fleet.Agents, ExtraEnv: extraEnv, Backoff: sf.backoff, StopGrace: sf.stopGrace, Flapping: sf.flapping,
+		Logger: logger, Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
+		Events: events,
+		LogDir: sf.logDir, LogMaxBytes: sf.logMax, LogKeep: sf.logKeep,
+		Stall: sf.stall.config(stall),
+	}
+}
+
+// registerFleet registers every agent of fleet (replacing earlier records),
+// with its command line as its function, so the registry says what is meant
+// to run (DESIGN R1).
+func registerFleet(ctx context.Context, fleet *supervisor.Fleet, register func(ctx context.Context, name, function string) error) error {
+	for _, a := range fleet.Agents {
+		function := strings.Join(a.Command, " ")
+		if len(function) > registry.FunctionMaxLen {
+			function = strings.ToValidUTF8(function[:registry.FunctionMaxLen], "")
+		}
+		if err := register(ctx, a.Name, function); err != nil {
+			return fmt.Errorf("register agent %s: %w", a.Name, err)
+		}
+	}
+	return nil
+}
+
+// checkBackoff validates the --backoff-* flags before anything starts.
+func checkBackoff(b supervisor.BackoffPolicy) error {
+	switch {
+	case b.Min <= 0:
+		return fmt.Errorf("--backoff-min must be positive, got %s", b.Min)
+	case b.FastFailure <= 0:
+		return fmt.Errorf("--backoff-fast-failure must be positive, got %s", b.FastFailure)
+	case b.Max < b.Min:
+		return fmt.Errorf("--backoff-max (%s) must not be below --backoff-min (%s)", b.Max, b.Min)
+	case b.Jitter < 0 || b.Jitter > 1:
+		return fmt.Errorf("--backoff-jitter must be between 0 and 1, got %g", b.Jitter)
+	}
+	return nil
+}
+
+// stallFlags are the stall-detection flags (DESIGN S4).
+type stallFlags struct {
+	after, every    time.Duration
+	pendingApproval string
+	off             bool
+}
+
+func (f *stallFlags) register(fs *pflag.FlagSet) {
+	fs.DurationVar(&f.after, "stall-after", supervisor.StallAfterDefault,
+		"a task running longer than this is stalled: its agent is killed and restarted, the task taken back (DESIGN S4)")
+	fs.DurationVar(&f.every, "stall-check", supervisor.StallCheckDefault, "how often to look for stalled tasks")
+	fs.StringVar(&f.pendingApproval, "pending-approval-cmd", "",
+		"shell command asked before any stall kill: exit 0 = an approval is pending, kill nothing")
+	fs.BoolVar(&f.off, "no-stall-kill", false, "turn stall detection off")
+}
+
+func (f *stallFlags) check() error {
+	switch {
+	case f.after < time.Second:
+		return fmt.Errorf("--stall-after must be at least 1s, got %s", f.after)
+	case f.every < 10*time.Millisecond:
+		return fmt.Errorf("--stall-check must be at least 10ms, got %s", f.every)
+	}
+	return nil
+}
+
+// config is the supervisor's stall configuration over source, nil when off.
+func (f *stallFlags) config(source supervisor.StallSource) *supervisor.StallConfig {
+	if f.off {
+		return nil
+	}
+	c := &supervisor.StallConfig{Source: source, After: f.after, Every: f.every}
+	if f.pendingApproval != "" {
+		c.PendingApproval = supervisor.PendingApprovalCommand([]string{"sh", "-c", f.pendingApproval})
+	}
+	return c
+}

@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vigil-fleet/vigil/internal/supervisor"
+	"github.com/vigil-fleet/vigil/vigilclient"
+	"github.com/vigil-fleet/vigil/vigiltype"
+)
+
+func newSuperviseCmd() *cobra.Command {
+	var (
+		cf                  clientFlags
+		sf                  supervisorFlags
+		logLevel, logFormat string
+	)
+	cmd := &cobra.Command{
+		Use:     "supervise",
+		GroupID: "server",
+		Short:   "Supervise a fleet of agents on this host for a vigil server elsewhere",
+		Long: `Run the supervisor of 'vigil up' without a server: launch every agent of a
+fleet file on this host, restart each exit with backoff, contain its
+descendants, and report to the vigil server at --server — the agents are
+registered there on start, exits and launch failures are recorded as process
+events, and stalled tasks (--stall-after) are read and taken back there. The
+agents get VIGIL_URL set to --server.
+
+Use it with a PostgreSQL-backed server shared by several hosts: one 'vigil
+serve' (or more) and one 'vigil supervise' per host.`,
+		Example: `  vigil supervise --server http://vigil.internal:7711 --fleet /etc/vigil/fleet.yaml --token-file /etc/vigil/token
+  vigil supervise --server http://a:7711,http://b:7711 --fleet fleet.yaml --stall-after 45m`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger, err := newLogger(cmd, logLevel, logFormat)
+			if err != nil {
+				return err
+			}
+			fleet, err := sf.load(cmd, defaultLogDir(""))
+			if err != nil {
+				return err
+			}
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			if err := c.Health(ctx); err != nil {
+				return fmt.Errorf("--server %s: %w", cf.server, err)
+			}
+			extraEnv := map[string]string{"VIGIL_URL": cf.server}
+			if cf.tokenFile != "" {
+				abs, err := filepath.Abs(cf.tokenFile)
+				if err != nil {
+					return fmt.Errorf("--token-file: %w", err)
+				}
+				extraEnv["VIGIL_TOKEN_FILE"] = abs
+			}
+			remote := remoteServer{c}
+			sup, err := supervisor.New(sf.config(cmd, fleet, extraEnv, logger, remote, remote))
+			if err != nil {
+				return err
+			}
+			err = registerFleet(ctx, fleet, func(ctx context.Context, name, function string) error {
+				_, err := c.RegisterAgent(ctx, vigilclient.AgentParams{Name: name, Function: function})
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			logger.Info("supervising fleet", "fleet", sf.fleetPath, "agents", len(fleet.Agents), "server", cf.server)
+			return sup.Run(ctx)
+		},
+	}
+	cf.register(cmd)
+	_ = cmd.Flags().MarkHidden("json") // nothing to print as JSON
+	sf.register(cmd.Flags())
+	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	cmd.Flags().StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	return cmd
+}
+
+// remoteServer is the supervisor's event sink and stall source over HTTP.
+type remoteServer struct{ c *vigilclient.Client }
+
+func (r remoteServer) RecordEvent(ctx context.Context, e supervisor.Event) error {
+	var detail any
+	if e.Detail != nil {
+		detail = e.Detail
+	}
+	_, err := r.c.RecordEvent(ctx, vigilclient.EventParams{
+		Agent: e.Agent, Kind: e.Kind, ExitCode: e.ExitCode, Signal: e.Signal,
+		RunDuration: e.RunDuration, StderrTail: e.StderrTail, Detail: detail,
+	})
+	return err
+}
+
+func (r remoteServer) Stalled(ctx context.Context, kind string, after time.Duration) ([]*vigiltype.Task, error) {
+	tasks, err := r.c.StalledTasks(ctx, kind, after)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*vigiltype.Task, len(tasks))
+	for i := range tasks {
+		out[i] = &tasks[i]
+	}
+	return out, nil
+}
+
+func (r remoteServer) ReclaimStalled(ctx context.Context, taskID, epoch int64, reason string) (*vigiltype.Task, error) {
+	return r.c.ReclaimStalled(ctx, taskID, epoch, reason)
+}

@@ -1,0 +1,69 @@
+package cli
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vigil-fleet/vigil/internal/testserver"
+	"github.com/vigil-fleet/vigil/vigilclient"
+	"github.com/vigil-fleet/vigil/vigiltype"
+)
+
+// vigil supervise runs a fleet for a server elsewhere: the agents are
+// registered there and their exits recorded there.
+func TestSuperviseReportsToARemoteServer(t *testing.T) {
+	srv := testserver.Start(t)
+	dir := t.TempDir()
+	fleet := filepath.Join(dir, "fleet.yaml")
+	require.NoError(t, os.WriteFile(fleet, []byte(`agents:
+  - name: remote-crasher
+    command: ["sh", "-c", "echo \"url=$VIGIL_URL\" >&2; exit 5"]
+`), 0o644))
+
+	var stdout, stderr lockedBuffer
+	root := NewRoot(strings.NewReader(""), &stdout, &stderr)
+	root.SetArgs([]string{"supervise", "--server", srv.URL, "--fleet", fleet, "--log-dir", filepath.Join(dir, "logs"),
+		"--backoff-min", "1h", "--backoff-max", "1h"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+
+	c, err := vigilclient.New([]string{srv.URL})
+	require.NoError(t, err)
+	var page *vigilclient.EventPage
+	require.Eventually(t, func() bool {
+		page, err = c.ListEvents(ctx, vigilclient.ListEventsParams{Agent: "remote-crasher"})
+		require.NoError(t, err)
+		return len(page.Events) == 1
+	}, 15*time.Second, 20*time.Millisecond, "the exit event on the server")
+	e := page.Events[0]
+	require.Equal(t, vigiltype.EventExit, e.Kind)
+	require.Equal(t, 5, *e.ExitCode)
+	require.Equal(t, "url="+srv.URL+"\n", e.StderrTail, "the agent was pointed at --server")
+
+	a, err := c.GetAgent(ctx, "remote-crasher")
+	require.NoError(t, err)
+	require.Equal(t, vigiltype.AgentActive, a.Status)
+}
+
+func TestSuperviseNeedsAServer(t *testing.T) {
+	dir := t.TempDir()
+	fleet := filepath.Join(dir, "fleet.yaml")
+	require.NoError(t, os.WriteFile(fleet, []byte("agents:\n  - name: a\n    command: [\"true\"]\n"), 0o644))
+	code, _, errOut := run(t, "supervise", "--server", "http://127.0.0.1:1", "--fleet", fleet, "--log-dir", dir)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "--server http://127.0.0.1:1")
+	code, _, errOut = run(t, "supervise", "--server", "http://127.0.0.1:1", "--fleet", fleet, "--stall-after", "0s")
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "--stall-after must be at least 1s")
+}
