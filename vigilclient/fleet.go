@@ -220,3 +220,13 @@ func (c *Client) ReclaimStalled(ctx context.Context, taskID, epoch int64, reason
 	}
 	return &out, nil
 }
+
+// ActivePlannedStop returns agent's planned stop marker if one covers now.
+// Errors: ErrNotFound when none does.
+func (c *Client) ActivePlannedStop(ctx context.Context, agent string) (*vigiltype.PlannedStop, error) {
+	var out vigiltype.PlannedStop
+	if _, err := c.do(ctx, request{method: http.MethodGet, path: agentPath(agent, "planned-stop")}, &out); err != nil {
+		return nil, fmt.Errorf("planned stop of agent %s: %w", agent, err)
+	}
+	return &out, nil
+}

@@ -159,6 +159,19 @@ func (s *Service) Ack(ctx context.Context, eventID int64, kind string) (*vigilty
 	return e, nil
 }
 
+// ActivePlannedStop returns the agent's planned stop marker if it covers
+// now. Errors: ErrNotFound when there is none.
+func (s *Service) ActivePlannedStop(ctx context.Context, agent string) (*vigiltype.PlannedStop, error) {
+	if err := vigiltype.CheckName("agent", agent); err != nil {
+		return nil, err
+	}
+	m, err := s.store.PlannedStopGet(ctx, agent, s.clock.Now())
+	if err != nil {
+		return nil, fmt.Errorf("planned stop of agent %q: %w", agent, err)
+	}
+	return m, nil
+}
+
 // PlannedStopParams is an operator's planned stop of an agent.
 type PlannedStopParams struct {
 	Reason string  `json:"reason"`

@@ -20,6 +20,7 @@ func (a *api) routeRegistry(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/agents/{name}/mark-stopped", a.agentMark(a.Registry.MarkStopped))
 	mux.HandleFunc("POST /v1/agents/{name}/mark-active", a.agentMark(a.Registry.MarkActive))
 	mux.HandleFunc("POST /v1/agents/{name}/planned-stop", a.plannedStop)
+	mux.HandleFunc("GET /v1/agents/{name}/planned-stop", a.plannedStopGet)
 
 	mux.HandleFunc("POST /v1/events", a.eventRecord)
 	mux.HandleFunc("GET /v1/events", a.eventList)
@@ -67,6 +68,11 @@ func (a *api) plannedStop(w http.ResponseWriter, r *http.Request) {
 	create(a, w, r, func(ctx context.Context, p events.PlannedStopParams) (*vigiltype.PlannedStop, error) {
 		return a.Events.PlannedStop(ctx, r.PathValue("name"), p)
 	})
+}
+
+func (a *api) plannedStopGet(w http.ResponseWriter, r *http.Request) {
+	m, err := a.Events.ActivePlannedStop(r.Context(), r.PathValue("name"))
+	a.respond(w, r, m, err)
 }
 
 func (a *api) eventRecord(w http.ResponseWriter, r *http.Request) {

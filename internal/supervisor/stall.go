@@ -139,7 +139,7 @@ func (s *Supervisor) stallKill(ctx context.Context, i int, tasks []*vigiltype.Ta
 	oldest := time.Since(*tasks[0].StartedAt).Round(time.Second)
 	log.Warn("stall kill: tasks running past stall_after", "tasks", ids, "oldest_running", oldest, "stall_after", s.stall.After)
 	select {
-	case s.kills[i] <- "stall kill":
+	case s.kills[i] <- kill{reason: "stall kill"}:
 	default: // a kill is already on its way
 	}
 	s.report(log, Event{Agent: a.Name, Kind: vigiltype.EventStallKill, Detail: map[string]any{

@@ -84,6 +84,12 @@ type Config struct {
 	Events EventSink
 	// Stall, when set with a Source, turns on stall detection (DESIGN S4).
 	Stall *StallConfig
+	// Desired, when set, is polled every DesiredPoll (DesiredPollDefault)
+	// for what operators want of each agent: a stopped agent is stopped and
+	// not restarted until it is active again; a planned stop newer than the
+	// running process restarts it at once (vigil stop / start / restart).
+	Desired     DesiredSource
+	DesiredPoll time.Duration
 }
 
 // EventSink records the supervisor's process events.
@@ -139,7 +145,8 @@ type Supervisor struct {
 	stderr    io.Writer
 	events    EventSink
 	stall     StallConfig   // Source nil: no stall detection
-	kills     []chan string // per agent: kill the current process now (the reason)
+	kills     []chan kill   // per agent: kill the current process now
+	desired   *desiredState // nil without Config.Desired
 
 	logDir      string
 	logMaxBytes int64
@@ -216,9 +223,9 @@ func New(cfg Config) (*Supervisor, error) {
 	if stderr == nil {
 		stderr = os.Stderr
 	}
-	kills := make([]chan string, len(agents))
+	kills := make([]chan kill, len(agents))
 	for i := range kills {
-		kills[i] = make(chan string, 1)
+		kills[i] = make(chan kill, 1)
 	}
 	var outMu sync.Mutex
 	genPrefix := fmt.Sprintf("%d.%s.", os.Getpid(), crand.Text()[:12])
@@ -246,6 +253,9 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	if cfg.Stall != nil && cfg.Stall.Source != nil {
 		sup.stall = cfg.Stall.withDefaults()
+	}
+	if cfg.Desired != nil {
+		sup.desired = newDesiredState(cfg.Desired, cmp.Or(cfg.DesiredPoll, DesiredPollDefault), len(agents))
 	}
 	sup.reaper = newReaper(EnvGeneration+"="+genPrefix, func(pid int, ws syscall.WaitStatus) {
 		sup.logger.Debug("reaped orphaned agent descendant", "pid", pid, "status", ws)
@@ -282,6 +292,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	if s.stall.Source != nil {
 		wg.Go(func() { s.stallLoop(ctx) })
+	}
+	if s.desired != nil {
+		wg.Go(func() { s.desiredLoop(ctx) })
 	}
 	wg.Wait()
 	stopReaping()
@@ -340,12 +353,18 @@ func (s *Supervisor) superviseAgent(ctx context.Context, i int) {
 	tracker := NewBackoffTracker(s.backoff, rand.New(rand.NewPCG(s.seed, uint64(i))))
 	flap := NewFlapDetector(s.flapping)
 	for attempt := 0; ctx.Err() == nil; attempt++ {
+		if !s.waitActive(ctx, i, log) {
+			return
+		}
 		if attempt > 0 {
 			s.updateStatus(i, func(st *AgentStatus) { st.Restarts++ })
 		}
-		runTime, launched := s.runOnce(ctx, i, attempt, log)
+		runTime, launched, killed := s.runOnce(ctx, i, attempt, log)
 		if ctx.Err() != nil {
 			return
+		}
+		if killed.byOperator {
+			continue // a stop waits above; a restart starts again now, without backoff
 		}
 		if !launched {
 			runTime = 0 // a launch failure backs off like a fast failure
@@ -369,12 +388,14 @@ func (s *Supervisor) superviseAgent(ctx context.Context, i int) {
 // because the process exited or because ctx was cancelled. launched is false
 // if the process could not be started; runTime is measured on the monotonic
 // clock.
-func (s *Supervisor) runOnce(ctx context.Context, i, attempt int, log *slog.Logger) (runTime time.Duration, launched bool) {
+// killed is the kill request that ended the process, if one did.
+func (s *Supervisor) runOnce(ctx context.Context, i, attempt int, log *slog.Logger) (runTime time.Duration, launched bool, killed kill) {
 	a := s.agents[i]
 	select {
 	case <-s.kills[i]: // meant for the previous process, which is gone
 	default:
 	}
+	killed = kill{}
 	gen := EnvGeneration + "=" + s.genPrefix + a.Name + "." + strconv.Itoa(attempt)
 	cmd, pipes, err := s.start(a, gen)
 	if err != nil {
@@ -383,7 +404,7 @@ func (s *Supervisor) runOnce(ctx context.Context, i, attempt int, log *slog.Logg
 		s.report(log, Event{Agent: a.Name, Kind: vigiltype.EventLaunchFailure,
 			Detail: map[string]any{"error": err.Error(), "command": a.Command}})
 		s.testSignals.launchFailed.signal(err)
-		return 0, false
+		return 0, false, kill{}
 	}
 	started := time.Now()
 	pid := cmd.Process.Pid // also the process group id
@@ -424,14 +445,21 @@ func (s *Supervisor) runOnce(ctx context.Context, i, attempt int, log *slog.Logg
 		out.finish(outputDrainTimeout)
 		s.report(log, exitEvent(a.Name, cmd.ProcessState, runTime, tail.String()))
 		s.testSignals.exited.signal(s.Status()[i].LastExit)
-		return runTime, true
-	case reason := <-s.kills[i]:
-		// Killed on purpose (a stall kill): the event that says why is
-		// already recorded, so no exit event; the loop restarts it.
+		return runTime, true, kill{}
+	case killed = <-s.kills[i]:
+		// Killed on purpose: a stall kill (its own event says why), or an
+		// operator's stop or restart (an exit event, which their planned
+		// stop marks suppressed).
 		s.stopGeneration(log, pid, gen, waited)
 		s.reaper.pass()
 		runTime = time.Since(started)
-		s.recordExit(i, reason+": "+logExit(log, slog.LevelWarn, "agent killed: "+reason, pid, cmd.ProcessState, runTime))
+		s.recordExit(i, killed.reason+": "+logExit(log, slog.LevelWarn, "agent killed: "+killed.reason, pid, cmd.ProcessState, runTime))
+		if killed.reportExit {
+			out.finish(outputDrainTimeout)
+			s.report(log, exitEvent(a.Name, cmd.ProcessState, runTime, tail.String()))
+			s.testSignals.exited.signal(s.Status()[i].LastExit)
+			return runTime, true, killed
+		}
 	case <-ctx.Done():
 		s.stopGeneration(log, pid, gen, waited)
 		s.reaper.pass()
@@ -440,7 +468,7 @@ func (s *Supervisor) runOnce(ctx context.Context, i, attempt int, log *slog.Logg
 	}
 	out.finish(outputDrainTimeout)
 	s.testSignals.exited.signal(s.Status()[i].LastExit)
-	return runTime, true
+	return runTime, true, killed
 }
 
 // report records e with the event sink, if there is one.

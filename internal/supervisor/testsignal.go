@@ -38,6 +38,8 @@ type testSignals struct {
 	orphanReaped     testSignal[reapedOrphan]  // an adopted descendant reaped
 	flapping         testSignal[int]           // a flapping episode began after this many exits
 	stallChecked     testSignal[int]           // a stall check ended, killing this many agents
+	heldStopped      testSignal[string]        // an agent is held down by its desired state
+	desiredApplied   testSignal[struct{}]      // a desired-state poll ended
 }
 
 // reapedOrphan is an adopted descendant the reaper reaped, and its status.
@@ -52,6 +54,8 @@ func (s *testSignals) init() {
 	s.exited.init()
 	s.restartScheduled.init()
 	s.stallChecked.init()
+	s.heldStopped.init()
+	s.desiredApplied.init()
 	s.orphanReaped.init()
 	s.flapping.init()
 }

@@ -1,0 +1,154 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/vigil-fleet/vigil/vigiltype"
+)
+
+// DesiredPollDefault is how often the supervisor asks what operators want
+// of its agents (Config.Desired).
+const DesiredPollDefault = 2 * time.Second
+
+// DesiredSource tells the supervisor what operators want of each agent:
+// the registry's declared status and planned stops (vigil stop, start,
+// restart), in-process or over HTTP.
+type DesiredSource interface {
+	Desired(ctx context.Context, agent string) (Desired, error)
+}
+
+// Desired is what an operator wants of one agent.
+type Desired struct {
+	// Status is the declared status: stopped means stop the agent and keep
+	// it down. An agent missing from the registry counts as active.
+	Status vigiltype.AgentStatus
+	// PlannedStopAt is when a planned stop covering now was written; zero
+	// when none. A running process started before it is restarted (its
+	// exit is suppressed by the marker, DESIGN E2).
+	PlannedStopAt time.Time
+}
+
+// kill asks runOnce to end the current process now.
+type kill struct {
+	reason     string
+	reportExit bool // record an exit event (an operator's stop or restart: suppressed by its marker)
+	byOperator bool // no backoff and no flap count; a stop then waits for start
+}
+
+// desiredState is the last known desired status of every agent.
+type desiredState struct {
+	source  DesiredSource
+	every   time.Duration
+	mu      sync.Mutex
+	stopped []bool
+	wake    []chan struct{} // per agent: closed and replaced when it turns active
+}
+
+func newDesiredState(source DesiredSource, every time.Duration, agents int) *desiredState {
+	d := &desiredState{source: source, every: every, stopped: make([]bool, agents), wake: make([]chan struct{}, agents)}
+	for i := range d.wake {
+		d.wake[i] = make(chan struct{})
+	}
+	return d
+}
+
+// set records agent i's desired status and wakes a waiting launch.
+func (d *desiredState) set(i int, stopped bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopped[i] && !stopped {
+		close(d.wake[i])
+		d.wake[i] = make(chan struct{})
+	}
+	d.stopped[i] = stopped
+}
+
+func (d *desiredState) get(i int) (stopped bool, wake <-chan struct{}) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.stopped[i], d.wake[i]
+}
+
+// waitActive blocks while agent i is meant to be stopped; it reports false
+// when ctx ends first.
+func (s *Supervisor) waitActive(ctx context.Context, i int, log *slog.Logger) bool {
+	if s.desired == nil {
+		return true
+	}
+	logged := false
+	for {
+		stopped, wake := s.desired.get(i)
+		if !stopped {
+			if logged {
+				log.Info("agent is active again; starting it")
+			}
+			return true
+		}
+		if !logged {
+			log.Info("agent is stopped by an operator; not starting it until it is active")
+			s.testSignals.heldStopped.signal(s.agents[i].Name)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-wake:
+		}
+	}
+}
+
+// desiredLoop polls the desired state of every agent until ctx ends.
+func (s *Supervisor) desiredLoop(ctx context.Context) {
+	t := time.NewTicker(s.desired.every)
+	defer t.Stop()
+	for {
+		s.applyDesired(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// applyDesired reads each agent's desired state once and acts on it. A read
+// failure changes nothing: a running agent keeps running.
+func (s *Supervisor) applyDesired(ctx context.Context) {
+	status := s.Status()
+	for i, a := range s.agents {
+		d, err := s.desired.source.Desired(ctx, a.Name)
+		if errors.Is(err, vigiltype.ErrNotFound) {
+			d, err = Desired{Status: vigiltype.AgentActive}, nil
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				s.logger.Warn("cannot read the desired state; leaving the agent as it is", "agent", a.Name, "err", err)
+			}
+			continue
+		}
+		stopped := d.Status == vigiltype.AgentStopped
+		s.desired.set(i, stopped)
+		st := status[i]
+		switch {
+		case !st.Running:
+		case stopped:
+			s.requestKill(i, kill{reason: "stopped by an operator", reportExit: true, byOperator: true})
+		case !d.PlannedStopAt.IsZero() && d.PlannedStopAt.After(st.StartedAt):
+			s.requestKill(i, kill{reason: "restarted by an operator", reportExit: true, byOperator: true})
+		}
+	}
+	s.testSignals.desiredApplied.signal(struct{}{})
+}
+
+// requestKill asks agent i's current process to end, unless a kill is
+// already on its way.
+func (s *Supervisor) requestKill(i int, k kill) {
+	select {
+	case s.kills[i] <- k:
+	default:
+	}
+}

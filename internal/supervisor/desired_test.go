@@ -1,0 +1,83 @@
+//go:build linux
+
+package supervisor
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vigil-fleet/vigil/vigiltype"
+)
+
+// desiredMap is a DesiredSource an operator edits in the test.
+type desiredMap struct {
+	mu sync.Mutex
+	m  map[string]Desired
+}
+
+func (d *desiredMap) Desired(_ context.Context, agent string) (Desired, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if v, ok := d.m[agent]; ok {
+		return v, nil
+	}
+	return Desired{}, vigiltype.ErrNotFound
+}
+
+func (d *desiredMap) set(agent string, v Desired) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.m[agent] = v
+}
+
+// vigil stop keeps an agent down across its backoff; vigil start brings it
+// back; vigil restart (a planned stop newer than the process) restarts it
+// at once. Each operator kill is reported as an exit event (which the
+// planned stop, on the server, marks suppressed).
+func TestSupervisorFollowsDesiredState(t *testing.T) {
+	desired := &desiredMap{m: map[string]Desired{}}
+	events := newEventLog()
+	b := setup(t, Config{
+		Agents:      []Agent{{Name: "research", Command: []string{"sleep", "1000"}}},
+		Backoff:     BackoffPolicy{Min: time.Hour, FastFailure: time.Hour, Max: time.Hour, Jitter: JitterOff},
+		Events:      events,
+		Desired:     desired,
+		DesiredPoll: 10 * time.Millisecond,
+	})
+	b.run(t)
+	first := recv(t, b.sup.testSignals.started.ch, "start")
+
+	desired.set("research", Desired{Status: vigiltype.AgentStopped, PlannedStopAt: time.Now()})
+	require.Contains(t, recv(t, b.sup.testSignals.exited.ch, "the stop"), "stopped by an operator: ")
+	require.Equal(t, "research", recv(t, b.sup.testSignals.heldStopped.ch, "held down"))
+	for range 5 { // several polls while stopped: nothing starts
+		recv(t, b.sup.testSignals.desiredApplied.ch, "poll")
+	}
+	require.Empty(t, b.sup.testSignals.started.ch, "a stopped agent stays down")
+	requireGone(t, first)
+
+	desired.set("research", Desired{Status: vigiltype.AgentActive})
+	second := recv(t, b.sup.testSignals.started.ch, "the start")
+
+	desired.set("research", Desired{Status: vigiltype.AgentActive, PlannedStopAt: time.Now()})
+	require.Contains(t, recv(t, b.sup.testSignals.exited.ch, "the restart"), "restarted by an operator: ")
+	third := recv(t, b.sup.testSignals.started.ch, "started again at once, despite the 1h backoff")
+	require.NotEqual(t, second, third)
+	for range 5 { // the marker is older than the new process: no more restarts
+		recv(t, b.sup.testSignals.desiredApplied.ch, "poll")
+	}
+	require.Empty(t, b.sup.testSignals.exited.ch)
+	b.stop(t)
+
+	var exits int
+	for _, e := range events.all() {
+		if e.Kind == vigiltype.EventExit {
+			exits++
+		}
+	}
+	require.Equal(t, 2, exits, "the stop and the restart are each an exit event; the shutdown is not")
+}
