@@ -9,6 +9,7 @@ package vigiltype
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 )
@@ -301,4 +302,47 @@ func CheckName(field, value string) error {
 // NUL (which PostgreSQL text cannot hold) become U+FFFD.
 func CleanText(s string) string {
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
+// JSONDepthMax is the deepest nesting of arrays and objects accepted in any
+// JSON value vigil stores (payload, result, config, detail): deeper input is
+// refused alike by every backend rather than by one of them.
+const JSONDepthMax = 64
+
+// CheckJSON validates an opaque JSON value: valid, at most maxBytes long and
+// at most JSONDepthMax deep. The error names field.
+func CheckJSON(field string, raw []byte, maxBytes int) error {
+	if len(raw) > maxBytes {
+		return Invalid(field, fmt.Sprintf("must be at most %d bytes of JSON", maxBytes))
+	}
+	if !json.Valid(raw) {
+		return Invalid(field, "must be valid JSON")
+	}
+	if jsonDepth(raw) > JSONDepthMax {
+		return Invalid(field, fmt.Sprintf("must not nest arrays and objects more than %d deep", JSONDepthMax))
+	}
+	return nil
+}
+
+// jsonDepth is the deepest nesting of valid JSON raw.
+func jsonDepth(raw []byte) int {
+	depth, deepest := 0, 0
+	inString, escaped := false, false
+	for _, c := range raw {
+		switch {
+		case inString && escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '[' || c == '{':
+			depth++
+			deepest = max(deepest, depth)
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return deepest
 }

@@ -34,6 +34,12 @@ func TestClientCommands(t *testing.T) {
 	require.Equal(t, "sleep", task.TaskType)
 	require.JSONEq(t, `{"seconds":1}`, string(task.Payload))
 
+	code, out, errOut = run(t, "tasks", "add", "plain", "--json", "--server", url+",")
+	require.Equal(t, 0, code, errOut)
+	var plain vigiltype.Task
+	require.NoError(t, json.Unmarshal([]byte(out), &plain))
+	require.JSONEq(t, `{}`, string(plain.Payload), "no --payload is {}, as the help says")
+
 	code, out, errOut = run(t, "tasks", "ls", "--json", "--server", url)
 	require.Equal(t, 0, code, errOut)
 	var page struct {
@@ -41,7 +47,7 @@ func TestClientCommands(t *testing.T) {
 		NextCursor *string          `json:"next_cursor"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &page))
-	require.Len(t, page.Tasks, 1)
+	require.Len(t, page.Tasks, 2)
 	require.Nil(t, page.NextCursor)
 
 	code, out, _ = run(t, "tasks", "ls", "--server", url)
@@ -118,10 +124,11 @@ func TestBadFlags(t *testing.T) {
 		{"task id", []string{"tasks", "show", "abc"}, `task ID "abc": must be a positive integer`},
 		{"prune", []string{"prune", "--older-than", "-1h"}, "--older-than must be a positive duration"},
 		{"server url", []string{"ps", "--server", "localhost:7711"}, "--server"},
+		{"server urls empty", []string{"ps", "--server", ","}, "--server (env VIGIL_URL)"},
 	}
 	for _, c := range cases {
 		args := c.args
-		if c.name != "server url" {
+		if !strings.HasPrefix(c.name, "server url") {
 			args = append(args, "--server", srv.URL)
 		}
 		code, _, errOut := run(t, args...)
@@ -159,6 +166,11 @@ func TestServeRefusesExposureWithoutToken(t *testing.T) {
 	code, _, errOut = run(t, "up", "--fleet", t.TempDir()+"/missing.yaml", "--db", db)
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, errOut, "no such file")
+
+	code, _, errOut = run(t, "migrate", "--db", "host=127.0.0.1 password=KVSECRET dbname=x")
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "looks like a PostgreSQL keyword/value string")
+	require.NotContains(t, errOut, "KVSECRET")
 
 	code, _, errOut = run(t, "up", "--backoff-min", "10s", "--backoff-max", "1s", "--db", db)
 	require.Equal(t, exitFailure, code)

@@ -50,9 +50,15 @@ func (f *clientFlags) client() (*vigilclient.Client, error) {
 		}
 		opts = append(opts, vigilclient.WithToken(token))
 	}
-	c, err := vigilclient.New(strings.Split(f.server, ","), opts...)
+	var urls []string
+	for _, u := range strings.Split(f.server, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			urls = append(urls, u)
+		}
+	}
+	c, err := vigilclient.New(urls, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("--server: %w", err)
+		return nil, fmt.Errorf("--server (env VIGIL_URL): %w", err)
 	}
 	return c, nil
 }

@@ -99,11 +99,22 @@ func (sf *supervisorFlags) config(cmd *cobra.Command, fleet *supervisor.Fleet, e
 	}
 }
 
-// registerFleet registers every agent of fleet (replacing earlier records),
-// with its command line as its function, so the registry says what is meant
-// to run (DESIGN R1).
-func registerFleet(ctx context.Context, fleet *supervisor.Fleet, register func(ctx context.Context, name, function string) error) error {
+// registerFleet registers every agent of fleet that the registry does not
+// know yet, with its command line as its function, so the registry says
+// what is meant to run (DESIGN R1). Existing records are kept as they are:
+// an operator's stop, config or schedule outlives a restart of the
+// supervisor. exists reports whether a record exists.
+func registerFleet(ctx context.Context, fleet *supervisor.Fleet,
+	exists func(ctx context.Context, name string) (bool, error),
+	register func(ctx context.Context, name, function string) error) error {
 	for _, a := range fleet.Agents {
+		known, err := exists(ctx, a.Name)
+		if err != nil {
+			return fmt.Errorf("look up agent %s: %w", a.Name, err)
+		}
+		if known {
+			continue
+		}
 		function := strings.Join(a.Command, " ")
 		if len(function) > registry.FunctionMaxLen {
 			function = strings.ToValidUTF8(function[:registry.FunctionMaxLen], "")
@@ -166,4 +177,12 @@ func (f *stallFlags) config(source supervisor.StallSource) *supervisor.StallConf
 		c.PendingApproval = supervisor.PendingApprovalCommand([]string{"sh", "-c", f.pendingApproval})
 	}
 	return c
+}
+
+// found turns a lookup's not-found error into false.
+func found[T any](_ T, err error) (bool, error) {
+	if errorsIsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
 }

@@ -65,7 +65,9 @@ serve' (or more) and one 'vigil supervise' per host.`,
 			if err != nil {
 				return err
 			}
-			err = registerFleet(ctx, fleet, func(ctx context.Context, name, function string) error {
+			err = registerFleet(ctx, fleet, func(ctx context.Context, name string) (bool, error) {
+				return found(c.GetAgent(ctx, name))
+			}, func(ctx context.Context, name, function string) error {
 				_, err := c.RegisterAgent(ctx, vigilclient.AgentParams{Name: name, Function: function})
 				return err
 			})

@@ -56,7 +56,9 @@ fails or releases it. Prints the new task's id, or the whole task with --json.`,
 			if err != nil {
 				return err
 			}
-			p.Payload = raw
+			if raw != nil {
+				p.Payload = raw // a nil RawMessage in the interface would send null
+			}
 			if cmd.Flags().Changed("max-attempts") {
 				if maxAttempts < 1 || maxAttempts > 1000 {
 					return fmt.Errorf("--max-attempts must be between 1 and 1000, got %d", maxAttempts)

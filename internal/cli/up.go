@@ -83,7 +83,9 @@ Fleet file:
 			}
 			// The fleet's agents are registered (replacing earlier records),
 			// so the registry says what this host is meant to run.
-			err = registerFleet(ctx, fleet, func(ctx context.Context, name, function string) error {
+			err = registerFleet(ctx, fleet, func(ctx context.Context, name string) (bool, error) {
+				return found(d.Registry.Get(ctx, name))
+			}, func(ctx context.Context, name, function string) error {
 				_, err := d.Registry.Register(ctx, registry.RegisterParams{Name: name, Function: function})
 				return err
 			})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/vigil-fleet/vigil/internal/supervisor"
 	"github.com/vigil-fleet/vigil/vigilclient"
 	"github.com/vigil-fleet/vigil/vigiltype"
 )
@@ -86,4 +87,21 @@ func TestUpRegistersAgentsAndRecordsExits(t *testing.T) {
 	require.Len(t, agents, 1)
 	require.Equal(t, "crasher", agents[0].Name)
 	require.Equal(t, vigiltype.AgentActive, agents[0].Status)
+}
+
+// A supervisor's start registers only the agents the registry does not
+// know: an operator's stop or config outlives a restart of the supervisor.
+func TestRegisterFleetKeepsExistingRecords(t *testing.T) {
+	fleet := &supervisor.Fleet{Agents: []supervisor.Agent{
+		{Name: "known", Command: []string{"a"}}, {Name: "new", Command: []string{"b", "--x"}},
+	}}
+	var registered []string
+	err := registerFleet(context.Background(), fleet, func(_ context.Context, name string) (bool, error) {
+		return name == "known", nil
+	}, func(_ context.Context, name, function string) error {
+		registered = append(registered, name+": "+function)
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, []string{"new: b --x"}, registered)
 }

@@ -16,6 +16,9 @@ import (
 // (sqlitestore). Errors never contain a PostgreSQL password; use
 // redactDSN, not dsn, when logging which store is open.
 func openStore(ctx context.Context, dsn string) (store.Store, error) {
+	if err := checkNotKeyValue(dsn); err != nil {
+		return nil, err
+	}
 	if isPostgresURL(dsn) {
 		st, err := pgstore.Open(ctx, dsn)
 		if err != nil {
@@ -50,6 +53,9 @@ func redactDSN(dsn string) string {
 // serving, and returns the names of those applied (none when current). Run
 // it ahead of a rollout; servers also migrate at start.
 func Migrate(ctx context.Context, dsn string) ([]string, error) {
+	if err := checkNotKeyValue(dsn); err != nil {
+		return nil, err
+	}
 	var (
 		applied []string
 		err     error
@@ -63,4 +69,18 @@ func Migrate(ctx context.Context, dsn string) ([]string, error) {
 		return nil, fmt.Errorf("migrate: %w", err) // err names the store, password masked
 	}
 	return applied, nil
+}
+
+// checkNotKeyValue refuses a PostgreSQL keyword/value string ("host=… user=…"),
+// which would otherwise name an SQLite file — with the password in its name.
+func checkNotKeyValue(dsn string) error {
+	if isPostgresURL(dsn) {
+		return nil
+	}
+	for _, key := range []string{"host=", "dbname=", "user=", "password=", "port="} {
+		if strings.Contains(dsn, key) {
+			return fmt.Errorf("--db %s…: this looks like a PostgreSQL keyword/value string; use a postgres://user@host:port/db URL, or a plain SQLite file path", key)
+		}
+	}
+	return nil
 }

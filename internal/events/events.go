@@ -87,8 +87,10 @@ func (s *Service) Record(ctx context.Context, p RecordParams) (*vigiltype.Proces
 	if len(p.Signal) > 32 {
 		return nil, vigiltype.Invalid("signal", "must be at most 32 characters")
 	}
-	if p.Detail != nil && (len(p.Detail) > DetailMaxBytes || !json.Valid(p.Detail)) {
-		return nil, vigiltype.Invalid("detail", fmt.Sprintf("must be valid JSON of at most %d bytes", DetailMaxBytes))
+	if p.Detail != nil {
+		if err := vigiltype.CheckJSON("detail", p.Detail, DetailMaxBytes); err != nil {
+			return nil, err
+		}
 	}
 	tail := vigiltype.CleanText(p.StderrTail)
 	if len(tail) > StderrTailMaxBytes {

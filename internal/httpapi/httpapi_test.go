@@ -402,6 +402,7 @@ func TestBadInput(t *testing.T) {
 		{"enqueue lease timeout negative", "POST", "/v1/tasks", `{"task_type":"sleep","lease_timeout_s":-1}`, nil, 400, "invalid", "lease_timeout_s"},
 		{"enqueue lease timeout under 1s", "POST", "/v1/tasks", `{"task_type":"sleep","lease_timeout_s":0.0001}`, nil, 400, "invalid", "lease_timeout_s: must be 0 (the server's window) or between 1 and 86400 seconds"},
 		{"enqueue delay negative", "POST", "/v1/tasks", `{"task_type":"sleep","delay_s":-1}`, nil, 400, "invalid", "delay_s"},
+		{"enqueue payload too deep", "POST", "/v1/tasks", `{"task_type":"d","payload":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`, nil, 400, "invalid", "payload: must not nest arrays and objects more than 64 deep"},
 		{"enqueue payload not JSON", "POST", "/v1/tasks", `{"task_type":"sleep","payload":nope}`, nil, 400, "malformed_json", ""},
 		{"unknown task", "GET", "/v1/tasks/999999", "", nil, 404, "not_found", "task 999999"},
 		{"task id not a number", "GET", "/v1/tasks/abc", "", nil, 400, "invalid", "task_id"},

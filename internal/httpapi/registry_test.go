@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,6 +84,10 @@ func TestAgentRegistryBadInput(t *testing.T) {
 	}{
 		{"bad name", "POST", "/v1/agents", `{"name":"a b"}`, 400, "name: may only contain"},
 		{"bad cron", "POST", "/v1/agents", `{"name":"x","tick_cron":"every tuesday"}`, 400, "tick_cron: \"every tuesday\" is not a cron spec"},
+		{"cron every negative", "POST", "/v1/agents", `{"name":"x","tick_cron":"@every -5m"}`, 400, "@every needs a duration of at least 1s"},
+		{"cron every zero", "POST", "/v1/agents", `{"name":"x","tick_cron":"@every 0s"}`, 400, "@every needs a duration of at least 1s"},
+		{"function control chars", "POST", "/v1/agents", `{"name":"x","function":"a\u0000b"}`, 400, "function: must be UTF-8 text without control characters"},
+		{"config too deep", "POST", "/v1/agents", `{"name":"x","config":` + strings.Repeat("[", 65) + strings.Repeat("]", 65) + `}`, 400, "config: must not nest"},
 		{"cron six fields", "POST", "/v1/agents", `{"name":"x","tick_cron":"0 0 * * * *"}`, 400, "tick_cron"},
 		{"config not JSON", "POST", "/v1/agents", `{"name":"x","config":nope}`, 400, ""},
 		{"update without version", "PATCH", "/v1/agents/ok", `{"function":"f"}`, 400, "version: is required"},
@@ -191,6 +196,7 @@ func TestProcessEventsBadInput(t *testing.T) {
 		{"no agent", "POST", "/v1/events", `{"kind":"exit"}`, 400, "agent: is required"},
 		{"negative run", "POST", "/v1/events", `{"agent":"a","kind":"exit","run_duration_ms":-1}`, 400, "run_duration_ms"},
 		{"exit code", "POST", "/v1/events", `{"agent":"a","kind":"exit","exit_code":300}`, 400, "exit_code"},
+		{"detail too deep", "POST", "/v1/events", `{"agent":"a","kind":"exit","detail":` + strings.Repeat("{\"a\":", 70) + "1" + strings.Repeat("}", 70) + `}`, 400, "detail: must not nest"},
 		{"planned stop without reason", "POST", "/v1/agents/a/planned-stop", `{}`, 400, "reason: is required"},
 		{"planned stop ttl", "POST", "/v1/agents/a/planned-stop", `{"reason":"r","ttl_s":-5}`, 400, "ttl_s"},
 		{"ack missing", "POST", "/v1/events/999/ack", "", 404, "event 999"},

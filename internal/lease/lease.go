@@ -521,11 +521,8 @@ func checkJSON(field string, raw json.RawMessage, empty string) (json.RawMessage
 	if len(raw) == 0 {
 		return json.RawMessage(empty), nil
 	}
-	if len(raw) > PayloadMaxBytes {
-		return nil, vigiltype.Invalid(field, fmt.Sprintf("must be at most %d bytes of JSON", PayloadMaxBytes))
-	}
-	if !json.Valid(raw) {
-		return nil, vigiltype.Invalid(field, "must be valid JSON")
+	if err := vigiltype.CheckJSON(field, raw, PayloadMaxBytes); err != nil {
+		return nil, err
 	}
 	return raw, nil
 }

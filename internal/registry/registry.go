@@ -8,6 +8,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/robfig/cron/v3"
 
@@ -167,12 +171,20 @@ func CheckCron(spec string) error {
 	if _, err := cronParser.Parse(spec); err != nil {
 		return vigiltype.Invalid("tick_cron", fmt.Sprintf("%q is not a cron spec (5 fields, or @hourly, @every 10m): %v", spec, err))
 	}
+	if every, ok := strings.CutPrefix(spec, "@every "); ok {
+		if d, err := time.ParseDuration(strings.TrimSpace(every)); err != nil || d < time.Second {
+			return vigiltype.Invalid("tick_cron", fmt.Sprintf("%q: @every needs a duration of at least 1s", spec))
+		}
+	}
 	return nil
 }
 
 func checkFunction(f string) error {
 	if len(f) > FunctionMaxLen {
 		return vigiltype.Invalid("function", fmt.Sprintf("must be at most %d bytes", FunctionMaxLen))
+	}
+	if !utf8.ValidString(f) || strings.IndexFunc(f, unicode.IsControl) >= 0 {
+		return vigiltype.Invalid("function", "must be UTF-8 text without control characters")
 	}
 	return nil
 }
@@ -181,11 +193,5 @@ func checkConfig(raw json.RawMessage) error {
 	if raw == nil {
 		return nil
 	}
-	if len(raw) > ConfigMaxBytes {
-		return vigiltype.Invalid("config", fmt.Sprintf("must be at most %d bytes of JSON", ConfigMaxBytes))
-	}
-	if !json.Valid(raw) {
-		return vigiltype.Invalid("config", "must be valid JSON")
-	}
-	return nil
+	return vigiltype.CheckJSON("config", raw, ConfigMaxBytes)
 }
