@@ -14,6 +14,7 @@ import (
 
 	"github.com/vigil-fleet/vigil/internal/registry"
 	"github.com/vigil-fleet/vigil/internal/supervisor"
+	"github.com/vigil-fleet/vigil/vigiltype"
 )
 
 // supervisorFlags are the flags of the commands that supervise a fleet
@@ -27,6 +28,7 @@ type supervisorFlags struct {
 	logMax    int64
 	logKeep   int
 	stall     stallFlags
+	control   time.Duration
 }
 
 func (sf *supervisorFlags) register(fs *pflag.FlagSet) {
@@ -45,6 +47,8 @@ func (sf *supervisorFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&sf.logKeep, "log-keep", supervisor.LogKeepDefault, "rotated log files kept per agent, besides the current one")
 	fs.DurationVar(&sf.stopGrace, "stop-grace", supervisor.StopGraceDefault, "time between SIGTERM and SIGKILL when stopping an agent")
 	sf.stall.register(fs)
+	fs.DurationVar(&sf.control, "control-poll", supervisor.DesiredPollDefault,
+		"how often to read what operators asked with vigil stop, start and restart")
 }
 
 // load validates the flags and reads the fleet file; defaultLogs is the log
@@ -70,6 +74,8 @@ func (sf *supervisorFlags) load(cmd *cobra.Command, defaultLogs string) (*superv
 		return nil, fmt.Errorf("--log-max-bytes must be at least 1024, got %d", sf.logMax)
 	case sf.logKeep < 1:
 		return nil, fmt.Errorf("--log-keep must be at least 1, got %d", sf.logKeep)
+	case sf.control < 10*time.Millisecond:
+		return nil, fmt.Errorf("--control-poll must be at least 10ms, got %s", sf.control)
 	}
 	if sf.logDir == "" {
 		if cmd.Flags().Changed("log-dir") {
@@ -89,8 +95,9 @@ func (sf *supervisorFlags) load(cmd *cobra.Command, defaultLogs string) (*superv
 
 // config is the supervisor's configuration for fleet.
 func (sf *supervisorFlags) config(cmd *cobra.Command, fleet *supervisor.Fleet, extraEnv map[string]string,
-	logger *slog.Logger, events supervisor.EventSink, stall supervisor.StallSource) supervisor.Config {
+	logger *slog.Logger, events supervisor.EventSink, stall supervisor.StallSource, desired supervisor.DesiredSource) supervisor.Config {
 	return supervisor.Config{
+		Desired: desired, DesiredPoll: sf.control,
 		Agents: fleet.Agents, ExtraEnv: extraEnv, Backoff: sf.backoff, StopGrace: sf.stopGrace, Flapping: sf.flapping,
 		Logger: logger, Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
 		Events: events,
@@ -185,4 +192,27 @@ func found[T any](_ T, err error) (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// desiredFrom is a supervisor.DesiredSource over a registry lookup and a
+// planned-stop lookup, in-process or over HTTP.
+type desiredFrom struct {
+	agent       func(ctx context.Context, name string) (*vigiltype.Agent, error)
+	plannedStop func(ctx context.Context, name string) (*vigiltype.PlannedStop, error)
+}
+
+func (d desiredFrom) Desired(ctx context.Context, name string) (supervisor.Desired, error) {
+	a, err := d.agent(ctx, name)
+	if err != nil {
+		return supervisor.Desired{}, err
+	}
+	out := supervisor.Desired{Status: a.Status}
+	m, err := d.plannedStop(ctx, name)
+	switch {
+	case err == nil:
+		out.PlannedStopAt = m.CreatedAt
+	case !errorsIsNotFound(err):
+		return supervisor.Desired{}, err
+	}
+	return out, nil
 }

@@ -92,7 +92,7 @@ Then ask it:                             vigil ps; vigil tasks ls; vigil sweeper
 		newServeCmd(), newUpCmd(), newSuperviseCmd(), newMigrateCmd(),
 		newPsCmd(), newStatusCmd(), newPruneCmd(), withSessionCmds(newTasksCmd()), newSweepersCmd(),
 		newHeartbeatCmd(), newTouchActivityCmd(), newRunCmd(), newWatchdogCmd(),
-		newAgentsCmd(), newEventsCmd(),
+		newAgentsCmd(), newEventsCmd(), newStopCmd(), newStartCmd(), newRestartCmd(),
 		newLogsCmd(),
 	)
 	return root

@@ -61,7 +61,8 @@ serve' (or more) and one 'vigil supervise' per host.`,
 				extraEnv["VIGIL_TOKEN_FILE"] = abs
 			}
 			remote := remoteServer{c}
-			sup, err := supervisor.New(sf.config(cmd, fleet, extraEnv, logger, remote, remote))
+			sup, err := supervisor.New(sf.config(cmd, fleet, extraEnv, logger, remote, remote,
+				desiredFrom{agent: c.GetAgent, plannedStop: c.ActivePlannedStop}))
 			if err != nil {
 				return err
 			}

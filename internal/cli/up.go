@@ -76,7 +76,8 @@ Fleet file:
 				return err
 			}
 			extraEnv["VIGIL_URL"] = d.URL()
-			sup, err := supervisor.New(sf.config(cmd, fleet, extraEnv, logger, eventRecorder{d.Events}, d.Lease))
+			sup, err := supervisor.New(sf.config(cmd, fleet, extraEnv, logger, eventRecorder{d.Events}, d.Lease,
+				desiredFrom{agent: d.Registry.Get, plannedStop: d.Events.ActivePlannedStop}))
 			if err != nil {
 				_ = d.Stop()
 				return err

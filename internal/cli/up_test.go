@@ -105,3 +105,71 @@ func TestRegisterFleetKeepsExistingRecords(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"new: b --x"}, registered)
 }
+
+// vigil restart produces a suppressed exit and a new process at once;
+// vigil stop keeps the agent down (its exit suppressed too); vigil start
+// brings it back.
+func TestStopStartRestart(t *testing.T) {
+	dir := t.TempDir()
+	fleet := filepath.Join(dir, "fleet.yaml")
+	require.NoError(t, os.WriteFile(fleet, []byte("agents:\n  - name: steady\n    command: [\"sleep\", \"1000\"]\n"), 0o644))
+
+	var stdout, stderr lockedBuffer
+	root := NewRoot(strings.NewReader(""), &stdout, &stderr)
+	root.SetArgs([]string{"up", "--fleet", fleet, "--db", filepath.Join(dir, "v.db"), "--addr", "127.0.0.1:0",
+		"--control-poll", "20ms", "--backoff-min", "1h", "--backoff-max", "1h"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+	var url string
+	re := regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+)`)
+	require.Eventually(t, func() bool {
+		m := re.FindStringSubmatch(stderr.String())
+		if m != nil {
+			url = m[1]
+		}
+		return m != nil
+	}, 15*time.Second, 10*time.Millisecond)
+	starts := func() int { return strings.Count(stderr.String(), `msg="agent started" agent=steady`) }
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		require.Eventually(t, cond, 15*time.Second, 10*time.Millisecond, what)
+	}
+	c, err := vigilclient.New([]string{url})
+	require.NoError(t, err)
+	exits := func() []vigiltype.ProcessEvent {
+		page, err := c.ListEvents(ctx, vigilclient.ListEventsParams{Agent: "steady"})
+		require.NoError(t, err)
+		return page.Events
+	}
+	waitFor("the first start", func() bool { return starts() == 1 })
+
+	code, _, errOut := run(t, "restart", "steady", "--reason", "config change", "--server", url)
+	require.Equal(t, 0, code, errOut)
+	waitFor("the restart", func() bool { return starts() == 2 })
+	evs := exits()
+	require.Len(t, evs, 1)
+	require.Equal(t, vigiltype.DeliverySuppressed, *evs[0].DeliveryKind, "a restart's exit is suppressed")
+
+	code, _, errOut = run(t, "stop", "steady", "--reason", "maintenance", "--server", url)
+	require.Equal(t, 0, code, errOut)
+	waitFor("the agent to be held down", func() bool {
+		return strings.Contains(stderr.String(), "not starting it until it is active")
+	})
+	evs = exits()
+	require.Len(t, evs, 2)
+	require.Equal(t, vigiltype.DeliverySuppressed, *evs[0].DeliveryKind, "a stop's exit is suppressed")
+	require.Equal(t, 2, starts(), "a stopped agent is not restarted")
+
+	code, _, errOut = run(t, "start", "steady", "--server", url)
+	require.Equal(t, 0, code, errOut)
+	waitFor("the start", func() bool { return starts() == 3 })
+
+	code, _, errOut = run(t, "stop", "steady", "--server", url)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "--reason is required")
+}

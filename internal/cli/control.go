@@ -1,0 +1,127 @@
+package cli
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vigil-fleet/vigil/vigiltype"
+)
+
+// newStopCmd, newStartCmd and newRestartCmd set an agent's desired state;
+// the supervisor running it (vigil up or vigil supervise) acts on it within
+// a couple of seconds.
+
+func newStopCmd() *cobra.Command {
+	var (
+		cf     clientFlags
+		reason string
+		ttl    time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:     "stop AGENT",
+		GroupID: "query",
+		Short:   "Stop an agent on purpose and keep it down",
+		Long: `Stop an agent on purpose: a planned stop marker (DESIGN E2) is written with
+--reason, so its exit is recorded as suppressed rather than alerting, and the
+agent is marked stopped in the registry. Its supervisor stops the process
+and does not restart it until 'vigil start AGENT'.`,
+		Example: `  vigil stop research --reason "operator redeploy"`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if reason == "" {
+				return fmt.Errorf("--reason is required: say why the agent is stopped")
+			}
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			if _, err := c.PlannedStop(cmd.Context(), args[0], reason, ttl); err != nil {
+				return err
+			}
+			a, err := c.MarkAgent(cmd.Context(), args[0], vigiltype.AgentStopped)
+			if err != nil {
+				return err
+			}
+			if cf.json {
+				return printJSON(cmd.OutOrStdout(), a)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "agent %s is stopped; its supervisor stops it and keeps it down\n", a.Name)
+			return nil
+		},
+	}
+	cf.register(cmd)
+	cmd.Flags().StringVar(&reason, "reason", "", "why the agent is stopped (required; shown with the suppressed exit)")
+	cmd.Flags().DurationVar(&ttl, "ttl", 0, "how long the planned stop suppresses the agent's exits (default: the server's 120s)")
+	return cmd
+}
+
+func newStartCmd() *cobra.Command {
+	var cf clientFlags
+	cmd := &cobra.Command{
+		Use:     "start AGENT",
+		GroupID: "query",
+		Short:   "Let a stopped agent run again",
+		Long: `Mark an agent active in the registry; its supervisor launches it within a
+couple of seconds.`,
+		Example: `  vigil start research`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			a, err := c.MarkAgent(cmd.Context(), args[0], vigiltype.AgentActive)
+			if err != nil {
+				return err
+			}
+			if cf.json {
+				return printJSON(cmd.OutOrStdout(), a)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "agent %s is active; its supervisor starts it\n", a.Name)
+			return nil
+		},
+	}
+	cf.register(cmd)
+	return cmd
+}
+
+func newRestartCmd() *cobra.Command {
+	var (
+		cf     clientFlags
+		reason string
+	)
+	cmd := &cobra.Command{
+		Use:     "restart AGENT",
+		GroupID: "query",
+		Short:   "Restart an agent now, its exit suppressed",
+		Long: `Restart an agent on purpose: a planned stop marker (DESIGN E2) is written
+with --reason; the supervisor sees a marker newer than the running process,
+stops it (the exit recorded as suppressed) and starts it again at once,
+without backoff.`,
+		Example: `  vigil restart research --reason "config change"`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if reason == "" {
+				return fmt.Errorf("--reason is required: say why the agent is restarted")
+			}
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			m, err := c.PlannedStop(cmd.Context(), args[0], reason, 0)
+			if err != nil {
+				return err
+			}
+			if cf.json {
+				return printJSON(cmd.OutOrStdout(), m)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "agent %s will be restarted by its supervisor\n", args[0])
+			return nil
+		},
+	}
+	cf.register(cmd)
+	cmd.Flags().StringVar(&reason, "reason", "", "why the agent is restarted (required)")
+	return cmd
+}
