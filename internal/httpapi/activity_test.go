@@ -64,6 +64,8 @@ func TestActivityPolicyExpiresStaleV2Leases(t *testing.T) {
 	got := b.task(v2Task.TaskID)
 	require.Equal(t, vigiltype.TaskScheduled, got.Status, "the stale v2 lease was reclaimed")
 	require.Contains(t, *got.LastError, "lease expired")
+	require.Contains(t, *got.LastError, "last reported activity at "+lastActivity.Format("2006-01-02T15:04:05.000Z"),
+		"the reason shows the lapse was on activity, not heartbeats")
 	require.True(t, got.LastActivityAt.Equal(lastActivity), "last_activity_at is kept apart from heartbeats")
 	require.Equal(t, vigiltype.TaskRunning, b.task(v1Task.TaskID).Status, "a v1 lease keeps the heartbeat fallback")
 	require.Equal(t, 2, got.HeartbeatSchemaVersion)

@@ -469,8 +469,10 @@ const holderStoppedSQL = `EXISTS (
 // layout are sqlitestore's.
 var reclaimReasonSQL = `CASE WHEN ` + holderStoppedSQL + `
 	THEN 'holder ' || lease_owner || ' stopped (exited or missed liveness heartbeats)'
-	ELSE 'lease expired: holder ' || lease_owner || ' sent no lease heartbeat before ' || ` +
-	sqlTimeText("lease_expires_at") + `
+	ELSE 'lease expired at ' || ` + sqlTimeText("lease_expires_at") + ` || ': holder ' || lease_owner
+		|| ' last renewed it at ' || ` + sqlTimeText("last_heartbeat_at") + `
+		|| CASE WHEN heartbeat_schema_version = 2 AND last_activity_at IS NOT NULL
+			THEN ', last reported activity at ' || ` + sqlTimeText("last_activity_at") + ` ELSE '' END
 	END`
 
 // TaskReclaim implements store.Store. Limit <= 0 means no limit.

@@ -465,7 +465,10 @@ const holderStoppedSQL = `EXISTS (
 // stopped holder is named first as the root cause.
 const reclaimReasonSQL = `CASE WHEN ` + holderStoppedSQL + `
 	THEN 'holder ' || lease_owner || ' stopped (exited or missed liveness heartbeats)'
-	ELSE 'lease expired: holder ' || lease_owner || ' sent no lease heartbeat before ' || lease_expires_at
+	ELSE 'lease expired at ' || lease_expires_at || ': holder ' || lease_owner
+		|| ' last renewed it at ' || last_heartbeat_at
+		|| CASE WHEN heartbeat_schema_version = 2 AND last_activity_at IS NOT NULL
+			THEN ', last reported activity at ' || last_activity_at ELSE '' END
 	END`
 
 // TaskReclaim implements store.Store. Limit <= 0 means no limit. One UPDATE

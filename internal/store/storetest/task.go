@@ -433,7 +433,7 @@ func exerciseTask(ctx context.Context, t *testing.T, newStore func(t *testing.T)
 		want.LeaseExpiresAt = nil
 		want.StartedAt = nil
 		want.UpdatedAt = now
-		want.LastError = ptr("lease expired: holder w sent no lease heartbeat before " + expiry.Format(storedTimeLayout))
+		want.LastError = ptr("lease expired at " + expiry.Format(storedTimeLayout) + ": holder w last renewed it at " + t0.Format(storedTimeLayout))
 		requireTaskEqual(t, &want, tasks[0])
 		requireTaskEqual(t, &want, b.getTask(t, claimed.TaskID))
 		b.requireCurrentTask(t, "w", 0, "")
@@ -506,8 +506,8 @@ func exerciseTask(ctx context.Context, t *testing.T, newStore func(t *testing.T)
 		want.LeaseOwner = nil
 		want.LeaseExpiresAt = nil
 		want.UpdatedAt = now
-		want.LastError = ptr("dead-lettered: reclaimed 2 times (max_reclaims 1): lease expired: holder w sent no lease heartbeat before " +
-			expiry.Format(storedTimeLayout))
+		want.LastError = ptr("dead-lettered: reclaimed 2 times (max_reclaims 1): lease expired at " +
+			expiry.Format(storedTimeLayout) + ": holder w last renewed it at " + start.Format(storedTimeLayout))
 		requireTaskEqual(t, &want, tasks[0])
 		require.Nil(t, b.tryClaim(t, "w", at(2*time.Hour)))
 		b.requireCurrentTask(t, "w", 0, "")
