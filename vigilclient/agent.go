@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -65,6 +66,31 @@ type Task struct {
 	vigiltype.Task
 	// InstanceID is the agent's instance that holds the lease.
 	InstanceID string
+
+	activity *activityMark
+}
+
+// Activity records evidence that the work is progressing (a tool call, a
+// file written) at this moment. From then on the runtime's lease
+// heartbeats are schema version 2 and carry the latest such time as
+// activity_at, which the server keeps as last_activity_at (DESIGN T4):
+// under the activity expiry policy a lease then lasts only while the
+// handler keeps reporting progress. Cheap; call it as often as you like.
+func (t *Task) Activity() {
+	if t.activity != nil {
+		t.activity.mark(time.Now())
+	}
+}
+
+// activityMark is the latest time a handler reported activity.
+type activityMark struct{ unixNano atomic.Int64 }
+
+func (m *activityMark) mark(t time.Time) { m.unixNano.Store(t.UnixNano()) }
+
+// last returns the latest reported activity, false before the first.
+func (m *activityMark) last() (time.Time, bool) {
+	n := m.unixNano.Load()
+	return time.Unix(0, n), n != 0
 }
 
 // DecodePayload unmarshals the task's JSON payload into v.
@@ -583,14 +609,15 @@ func (r *runner) runTask(stop context.Context, inst Instance, fenceCh <-chan str
 	hctx, cancelHandler := context.WithCancelCause(context.WithoutCancel(stop))
 	defer cancelHandler(nil)
 	done := make(chan outcome, 1)
+	activity := &activityMark{}
 	go func() {
-		done <- callHandler(hctx, r.a.Handlers[task.TaskType], &Task{Task: *task, InstanceID: inst.ID})
+		done <- callHandler(hctx, r.a.Handlers[task.TaskType], &Task{Task: *task, InstanceID: inst.ID, activity: activity})
 	}()
 
 	keepCtx, stopKeeper := context.WithCancel(context.WithoutCancel(stop))
 	var keeper sync.WaitGroup
 	keeper.Go(func() {
-		r.keepLease(keepCtx, lease, window, known, claimSent, fenceCh, cancelHandler, log)
+		r.keepLease(keepCtx, lease, window, known, claimSent, fenceCh, cancelHandler, activity, log)
 	})
 	defer func() { stopKeeper(); keeper.Wait() }()
 
@@ -632,6 +659,23 @@ func (r *runner) runTask(stop context.Context, inst Instance, fenceCh <-chan str
 	}
 }
 
+// leaseHeartbeat sends one lease heartbeat: v2 with the handler's latest
+// activity once it reported any, else v1. A v2 heartbeat the server refuses
+// as invalid (an activity time its clock places before the claim or in the
+// future: the clocks disagree) is sent again as v1, so the lease is kept.
+func (r *runner) leaseHeartbeat(ctx context.Context, lease Lease, activity *activityMark, log *slog.Logger) (*vigiltype.Task, error) {
+	at, ok := activity.last()
+	if !ok {
+		return r.client.TaskHeartbeat(ctx, lease)
+	}
+	t, err := r.client.TaskHeartbeatV2(ctx, lease, at)
+	if errors.Is(err, vigiltype.ErrInvalid) {
+		log.Warn("activity heartbeat refused; sent without activity", "activity_at", at, "err", err)
+		return r.client.TaskHeartbeat(ctx, lease)
+	}
+	return t, err
+}
+
 // leaseBeat is the answer to one lease heartbeat.
 type leaseBeat struct {
 	task *vigiltype.Task
@@ -650,7 +694,7 @@ type leaseBeat struct {
 // gives its verdict: the server arbitrates, and a holder that was frozen
 // learns from the 409 that its task was handed on.
 func (r *runner) keepLease(ctx context.Context, lease Lease, window time.Duration, known bool, claimSent time.Time,
-	fenceCh <-chan struct{}, cancelHandler context.CancelCauseFunc, log *slog.Logger) {
+	fenceCh <-chan struct{}, cancelHandler context.CancelCauseFunc, activity *activityMark, log *slog.Logger) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
@@ -702,7 +746,7 @@ func (r *runner) keepLease(ctx context.Context, lease Lease, window time.Duratio
 				cctx, cancel := context.WithTimeout(ctx, callTimeout(interval))
 				defer cancel()
 				sent := time.Now()
-				t, err := r.client.TaskHeartbeat(cctx, lease)
+				t, err := r.leaseHeartbeat(cctx, lease, activity, log)
 				select {
 				case results <- leaseBeat{task: t, sent: sent, err: err}:
 				case <-ctx.Done():

@@ -168,6 +168,44 @@ func TestAgentRenewsTheLease(t *testing.T) {
 	require.False(t, b.logs.has("lease lost"))
 }
 
+// A handler that reports activity makes the runtime's lease heartbeats v2,
+// carrying the activity time (DESIGN T4); before that they are v1.
+func TestAgentReportsActivity(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	progress, reported, finish := make(chan struct{}), make(chan time.Time), make(chan struct{})
+	a := b.agent("editor", map[string]vigilclient.Handler{
+		"edit": func(ctx context.Context, task *vigilclient.Task) (any, error) {
+			for _, step := range []chan struct{}{progress, finish} {
+				select {
+				case <-step:
+				case <-ctx.Done():
+					return nil, context.Cause(ctx)
+				}
+				if step == progress {
+					task.Activity()
+					reported <- time.Now()
+				}
+			}
+			return "done", nil
+		},
+	}, vigilclient.Settings{HeartbeatInterval: 30 * time.Millisecond, PollInterval: 20 * time.Millisecond})
+	start(t, a)
+
+	task := b.enqueue(t, vigilclient.EnqueueParams{TaskType: "edit"})
+	waitFor(t, "a v1 heartbeat", func() bool { return b.task(t, task.TaskID).HeartbeatSchemaVersion == 1 })
+	close(progress)
+	at := <-reported
+	waitFor(t, "a v2 heartbeat with the activity", func() bool {
+		cur := b.task(t, task.TaskID)
+		return cur.HeartbeatSchemaVersion == 2 && cur.LastActivityAt != nil && cur.LastActivityAt.After(*cur.StartedAt)
+	})
+	cur := b.task(t, task.TaskID)
+	require.WithinDuration(t, at, *cur.LastActivityAt, time.Second, "the reported time, as the server keeps it")
+	close(finish)
+	waitFor(t, "completion", func() bool { return b.task(t, task.TaskID).Status == vigiltype.TaskCompleted })
+}
+
 func TestAgentCancelsTheHandlerWhenTheLeaseIsLost(t *testing.T) {
 	t.Parallel()
 	b := setup(t, testserver.WithLeaseTimeout(300*time.Millisecond), testserver.WithSweepInterval(20*time.Millisecond))

@@ -125,11 +125,22 @@ func (w *worker) sleep(ctx context.Context, t *vigilclient.Task) (any, error) {
 	if p.IgnoreCancel {
 		<-timer.C
 	} else {
+		// Sleeping is this worker's work: it reports progress every
+		// second, so its lease heartbeats carry activity (v2, DESIGN T4).
+		progress := time.NewTicker(time.Second)
+		defer progress.Stop()
+		t.Activity()
 		start := time.Now()
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("sleep interrupted after %s: %w", time.Since(start).Round(time.Millisecond), context.Cause(ctx))
+	sleeping:
+		for {
+			select {
+			case <-timer.C:
+				break sleeping
+			case <-progress.C:
+				t.Activity()
+			case <-ctx.Done():
+				return nil, fmt.Errorf("sleep interrupted after %s: %w", time.Since(start).Round(time.Millisecond), context.Cause(ctx))
+			}
 		}
 	}
 	return sleepResult{SleptS: p.Seconds, InstanceID: t.InstanceID, PID: os.Getpid()}, nil
