@@ -8,9 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -148,16 +150,33 @@ func (r *runner) run(types []string, id int64, kind string, argv []string) (err 
 	if err != nil {
 		return r.finish(lease, claimed, -1, fmt.Errorf("start the heartbeat loop: %w", err))
 	}
-	go func() { _, _ = p.Wait() }() // reap it: a zombie would hold its pid
+	loopEnded := make(chan struct{})
+	go func() { _, _ = p.Wait(); close(loopEnded) }() // reap it: a zombie would hold its pid
 
-	code, runErr := r.runCommand(argv, ts)
+	code, runErr := r.runCommand(argv, ts, loopEnded)
 	return r.finish(lease, claimed, code, runErr)
 }
 
+// errNotStarted marks a CMD that could not be started: its task is
+// released, not failed, so a typo costs no attempt.
+var errNotStarted = errors.New("command not started")
+
+// loopEndedGrace is how long CMD has, after SIGTERM, to end once its task's
+// heartbeat loop has stopped.
+const loopEndedGrace = 10 * time.Second
+
 // runCommand runs argv with stdio passed through and SIGINT, SIGTERM and
-// SIGHUP forwarded, and returns its exit code (128+N for signal N).
-func (r *runner) runCommand(argv []string, ts heartbeat.TaskState) (int, error) {
+// SIGHUP forwarded, and returns its exit code (128+N for signal N). If the
+// heartbeat loop ends first (the lease was lost, or could not be renewed),
+// CMD gets SIGTERM, then SIGKILL after loopEndedGrace: the task may already
+// be someone else's. CMD also gets SIGTERM if vigil run itself dies (Linux).
+func (r *runner) runCommand(argv []string, ts heartbeat.TaskState, loopEnded <-chan struct{}) (int, error) {
+	// The parent-death signal is tied to the thread that starts CMD: keep
+	// this goroutine on it until CMD is reaped.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	child := exec.Command(argv[0], argv[1:]...)
+	child.SysProcAttr = childSysProcAttr()
 	child.Stdin = readerOrFile(r.cmd.InOrStdin())
 	child.Stdout, child.Stderr = r.cmd.OutOrStdout(), r.cmd.ErrOrStderr()
 	child.Env = append(os.Environ(),
@@ -168,14 +187,24 @@ func (r *runner) runCommand(argv []string, ts heartbeat.TaskState) (int, error) 
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 	if err := child.Start(); err != nil {
-		return exitCommandNotRun, fmt.Errorf("start %s: %w", argv[0], err)
+		return exitCommandNotRun, fmt.Errorf("start %s: %w: %w", argv[0], errNotStarted, err)
 	}
 	done := make(chan struct{})
 	go func() {
+		var kill <-chan time.Time
 		for {
 			select {
 			case s := <-sigs:
 				_ = child.Process.Signal(s)
+			case <-loopEnded:
+				loopEnded = nil
+				fmt.Fprintf(r.cmd.ErrOrStderr(), "vigil run: the heartbeat loop of task %d ended (lease lost?); stopping %s\n", ts.TaskID, argv[0])
+				_ = child.Process.Signal(syscall.SIGTERM)
+				t := time.NewTimer(loopEndedGrace)
+				defer t.Stop()
+				kill = t.C
+			case <-kill:
+				_ = child.Process.Kill()
 			case <-done:
 				return
 			}
@@ -191,7 +220,7 @@ func (r *runner) runCommand(argv []string, ts heartbeat.TaskState) (int, error) 
 		return exitFailure, fmt.Errorf("run %s: %w", argv[0], err)
 	}
 	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal()), fmt.Errorf("%s killed by %s", argv[0], ws.Signal())
+		return 128 + int(ws.Signal()), fmt.Errorf("%s was killed (%s)", argv[0], ws.Signal())
 	}
 	return ee.ExitCode(), fmt.Errorf("%s exited with status %d", argv[0], ee.ExitCode())
 }
@@ -210,9 +239,12 @@ func (r *runner) finish(l vigilclient.Lease, claimed bool, code int, runErr erro
 	}
 	if claimed {
 		var err error
-		if code == 0 && runErr == nil {
+		switch {
+		case code == 0 && runErr == nil:
 			_, err = finishLease(ctx, r.c, r.st, l, "complete", map[string]int{"exit_code": 0}, "", 0)
-		} else {
+		case errors.Is(runErr, errNotStarted):
+			_, err = finishLease(ctx, r.c, r.st, l, "release", nil, "", 0)
+		default:
 			msg := "command did not run"
 			if runErr != nil {
 				msg = runErr.Error()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -23,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vigil-fleet/vigil/internal/heartbeat"
+	"github.com/vigil-fleet/vigil/internal/lease"
 	"github.com/vigil-fleet/vigil/internal/testserver"
 	"github.com/vigil-fleet/vigil/vigiltype"
 )
@@ -434,4 +436,71 @@ func TestRunOnASessionTask(t *testing.T) {
 
 	code, _, errOut = runVigil(t, "tasks", "complete", "--workdir", dir, "--server", url)
 	require.Equal(t, 0, code, errOut)
+}
+
+// A command that cannot start costs its task no attempt: the task is
+// released, and vigil run exits 127.
+func TestRunCommandNotFoundReleasesTheTask(t *testing.T) {
+	t.Parallel()
+	url, _ := countingServer(t)
+	dir := t.TempDir()
+	var added vigiltype.Task
+	vigil(t, url, &added, "tasks", "add", "typo")
+	code, _, errOut := runVigil(t, "run", "--workdir", dir, "--claim", "typo", "--interval", "100ms",
+		"--server", url, "--", "/nonexistent/cmd")
+	require.Equal(t, 127, code, errOut)
+	got := task(t, url, added.TaskID)
+	require.Equal(t, vigiltype.TaskScheduled, got.Status)
+	require.Zero(t, got.Attempts, "a typo is not a failed attempt")
+	require.Empty(t, loopsIn(t, dir))
+}
+
+// When the task's lease is lost, vigil run stops CMD instead of letting it
+// work on a task that is someone else's now.
+func TestRunStopsTheCommandWhenTheLeaseIsLost(t *testing.T) {
+	t.Parallel()
+	srv := testserver.Start(t, testserver.WithLeaseExpiry(lease.ExpiryActivity), testserver.WithSweepInterval(50*time.Millisecond))
+	dir := t.TempDir()
+	var added vigiltype.Task
+	vigil(t, srv.URL, &added, "tasks", "add", "lapse", "--activity-gated", "--lease-timeout", "1s")
+	// No activity after the claim: under the activity policy the lease
+	// lapses after 1s although the loop keeps sending heartbeats.
+	code, _, errOut := runVigil(t, "run", "--workdir", dir, "--claim", "lapse", "--interval", "200ms",
+		"--server", srv.URL, "--", "sleep", "120")
+	require.Equal(t, 128+int(syscall.SIGTERM), code, "sleep was stopped by SIGTERM, not waited out: %s", errOut)
+	require.Contains(t, errOut, "heartbeat loop of task")
+	require.Empty(t, loopsIn(t, dir))
+	got := task(t, srv.URL, added.TaskID)
+	require.Equal(t, 1, got.Reclaims)
+}
+
+// vigil run killed with SIGKILL takes CMD with it (parent-death signal), so
+// no command outlives its reaper while its task is reclaimed.
+func TestRunKilledTakesTheCommandWithIt(t *testing.T) {
+	t.Parallel()
+	url, _ := countingServer(t)
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "cmd.pid")
+	var added vigiltype.Task
+	vigil(t, url, &added, "tasks", "add", "orphan")
+	p := start(t, nil, bins.vigil, "run", "--workdir", dir, "--claim", "orphan", "--interval", "100ms",
+		"--server", url, "--", "sh", "-c", `echo $$ > "$0"; exec sleep 1000`, pidFile)
+	var cmdPID int
+	eventually(t, 30*time.Second, "the command to start", func() bool {
+		b, err := os.ReadFile(pidFile)
+		if err != nil || len(bytes.TrimSpace(b)) == 0 {
+			return false
+		}
+		cmdPID, err = strconv.Atoi(string(bytes.TrimSpace(b)))
+		return err == nil
+	})
+	require.NoError(t, syscall.Kill(p.cmd.Process.Pid, syscall.SIGKILL))
+	eventually(t, 30*time.Second, "the command to die with vigil run", func() bool {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmdPID))
+		if err != nil {
+			return true // gone
+		}
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		return len(fields) > 0 && fields[0] == "Z" // dead, waiting for a reaper
+	})
 }
