@@ -108,6 +108,12 @@ func (r *runner) run(types []string, id int64, kind string, argv []string) (err 
 	if err != nil {
 		return err
 	}
+	// The workdir is locked while its task is chosen and its loop started.
+	unlock, err := r.st.Lock()
+	if err != nil {
+		return fmt.Errorf("--workdir: %w", err)
+	}
+	defer func() { unlock() }()
 	claimed := len(types) > 0 || id > 0
 	var lease vigilclient.Lease
 	if claimed {
@@ -153,6 +159,8 @@ func (r *runner) run(types []string, id int64, kind string, argv []string) (err 
 	loopEnded := make(chan struct{})
 	go func() { _, _ = p.Wait(); close(loopEnded) }() // reap it: a zombie would hold its pid
 
+	unlock()
+	unlock = func() {}
 	code, runErr := r.runCommand(argv, ts, loopEnded)
 	return r.finish(lease, claimed, code, runErr)
 }

@@ -227,6 +227,11 @@ fresh (vigil touch-activity). Finish with vigil tasks complete|fail|release
 			if err != nil {
 				return err
 			}
+			unlock, err := st.Lock()
+			if err != nil {
+				return fmt.Errorf("--workdir: %w", err)
+			}
+			defer unlock()
 			if ts, err := st.ReadTask(); err == nil {
 				return fmt.Errorf("--workdir %s already holds task %d (epoch %d): finish it with vigil tasks complete|fail|release --workdir %s",
 					st.Workdir, ts.TaskID, ts.LeaseEpoch, workdir)
@@ -270,7 +275,9 @@ fresh (vigil touch-activity). Finish with vigil tasks complete|fail|release
 				}
 				p, ref, err := heartbeat.Spawn(heartbeat.SpawnParams{State: st, Parent: owner, Argv: argv})
 				if err != nil {
-					return fmt.Errorf("claimed task %d but could not start its heartbeat loop: %w", t.TaskID, err)
+					// Nobody would keep the lease: give the task back now.
+					_, rerr := finishLease(ctx, c, st, inst.Lease(t), "release", nil, "", 0)
+					return errors.Join(fmt.Errorf("claimed task %d but could not start its heartbeat loop, so released it: %w", t.TaskID, err), rerr)
 				}
 				_ = p.Release()
 				out.HeartbeatPID = &ref.PID
@@ -371,6 +378,11 @@ A lease already lost (409 stale_epoch) is forgotten too, and reported.`,
 			if err != nil {
 				return err
 			}
+			unlock, err := st.Lock()
+			if err != nil {
+				return fmt.Errorf("--workdir: %w", err)
+			}
+			defer unlock()
 			var res any
 			switch verb {
 			case "complete":

@@ -3,8 +3,11 @@ package cli
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -184,4 +187,38 @@ func TestSessionClaimByIDAndVersions(t *testing.T) {
 	var task vigiltype.Task
 	require.NoError(t, json.Unmarshal([]byte(out), &task))
 	require.Equal(t, vigiltype.TaskScheduled, task.Status)
+}
+
+// Claims racing in one workdir: exactly one wins; the others are refused
+// before claiming anything, so no task is left held without a loop.
+func TestConcurrentClaimsInOneWorkdir(t *testing.T) {
+	srv := testserver.Start(t)
+	dir := t.TempDir()
+	for range 4 {
+		code, _, errOut := run(t, "tasks", "add", "race", "--server", srv.URL)
+		require.Equal(t, 0, code, errOut)
+	}
+	parent := exec.Command("sleep", "1000")
+	require.NoError(t, parent.Start())
+	t.Cleanup(func() { _ = parent.Process.Kill(); _ = parent.Wait() })
+
+	var wg sync.WaitGroup
+	codes := make([]int, 4)
+	for i := range codes {
+		wg.Go(func() {
+			codes[i], _, _ = run(t, "tasks", "claim", "race", "--workdir", dir, "--no-heartbeat",
+				"--parent-pid", strconv.Itoa(parent.Process.Pid), "--server", srv.URL)
+		})
+	}
+	wg.Wait()
+	wins := 0
+	for _, c := range codes {
+		if c == 0 {
+			wins++
+		}
+	}
+	require.Equal(t, 1, wins, "exit codes %v", codes)
+	code, out, _ := run(t, "tasks", "ls", "--status", "running", "--json", "--server", srv.URL)
+	require.Equal(t, 0, code)
+	require.Equal(t, 1, strings.Count(out, `"task_id"`), "one task held, by the winner: %s", out)
 }
