@@ -153,6 +153,8 @@ type stallFlags struct {
 	after, every    time.Duration
 	pendingApproval string
 	off             bool
+	budget          int
+	window          time.Duration
 }
 
 func (f *stallFlags) register(fs *pflag.FlagSet) {
@@ -162,6 +164,9 @@ func (f *stallFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.pendingApproval, "pending-approval-cmd", "",
 		"shell command asked before any stall kill: exit 0 = an approval is pending, kill nothing")
 	fs.BoolVar(&f.off, "no-stall-kill", false, "turn stall detection off")
+	fs.IntVar(&f.budget, "stall-kill-budget", supervisor.StallKillBudgetDefault,
+		"at most this many stall kills per --stall-kill-window across the fleet; past it stalls are recorded as deferred")
+	fs.DurationVar(&f.window, "stall-kill-window", supervisor.StallKillWindowDefault, "the window of --stall-kill-budget")
 }
 
 func (f *stallFlags) check() error {
@@ -170,6 +175,10 @@ func (f *stallFlags) check() error {
 		return fmt.Errorf("--stall-after must be at least 1s, got %s", f.after)
 	case f.every < 10*time.Millisecond:
 		return fmt.Errorf("--stall-check must be at least 10ms, got %s", f.every)
+	case f.budget < 1:
+		return fmt.Errorf("--stall-kill-budget must be at least 1, got %d", f.budget)
+	case f.window <= 0:
+		return fmt.Errorf("--stall-kill-window must be positive, got %s", f.window)
 	}
 	return nil
 }
@@ -179,7 +188,7 @@ func (f *stallFlags) config(source supervisor.StallSource) *supervisor.StallConf
 	if f.off {
 		return nil
 	}
-	c := &supervisor.StallConfig{Source: source, After: f.after, Every: f.every}
+	c := &supervisor.StallConfig{Source: source, After: f.after, Every: f.every, Budget: f.budget, Window: f.window}
 	if f.pendingApproval != "" {
 		c.PendingApproval = supervisor.PendingApprovalCommand([]string{"sh", "-c", f.pendingApproval})
 	}

@@ -17,6 +17,12 @@ const (
 	StallAfterDefault = 30 * time.Minute
 	// StallCheckDefault is how often the supervisor looks for stalls.
 	StallCheckDefault = 60 * time.Second
+	// StallKillBudgetDefault and StallKillWindowDefault: at most this many
+	// stall kills per window across the fleet; past it stalls are recorded
+	// as deferred, so one shared upstream hang does not take every agent
+	// down at once.
+	StallKillBudgetDefault = 5
+	StallKillWindowDefault = 10 * time.Minute
 )
 
 // StallSource is where the supervisor reads its agents' stalled tasks and
@@ -41,6 +47,10 @@ type StallConfig struct {
 	// waiting on a person) no agent is stall-killed. An error fails open:
 	// nothing is killed.
 	PendingApproval func(ctx context.Context) (bool, error)
+	// Budget stall kills at most per Window, fleet-wide
+	// (StallKillBudgetDefault per StallKillWindowDefault when zero).
+	Budget int
+	Window time.Duration
 }
 
 func (c StallConfig) withDefaults() StallConfig {
@@ -50,7 +60,37 @@ func (c StallConfig) withDefaults() StallConfig {
 	if c.Every == 0 {
 		c.Every = StallCheckDefault
 	}
+	if c.Budget == 0 {
+		c.Budget = StallKillBudgetDefault
+	}
+	if c.Window == 0 {
+		c.Window = StallKillWindowDefault
+	}
 	return c
+}
+
+// killBudget allows at most n kills in any window (a sliding log of the
+// kills' times). A plain value: no clock, no goroutines.
+type killBudget struct {
+	n      int
+	window time.Duration
+	kills  []time.Time
+}
+
+// take reports whether a kill at now is within budget, and if so counts it.
+func (b *killBudget) take(now time.Time) bool {
+	kept := b.kills[:0]
+	for _, k := range b.kills {
+		if now.Sub(k) < b.window {
+			kept = append(kept, k)
+		}
+	}
+	b.kills = kept
+	if len(b.kills) >= b.n {
+		return false
+	}
+	b.kills = append(b.kills, now)
+	return true
 }
 
 // PendingApprovalCommand returns a PendingApproval check that runs argv:
@@ -121,10 +161,41 @@ func (s *Supervisor) checkStalls(ctx context.Context) {
 			return
 		}
 	}
-	for i, tasks := range stalled {
+	killed := 0
+	for i := range s.agents {
+		tasks, ok := stalled[i]
+		if !ok {
+			delete(s.stallDeferred, i)
+			continue
+		}
+		if !s.stallBudget.take(time.Now()) {
+			s.deferStall(i, tasks)
+			continue
+		}
+		delete(s.stallDeferred, i)
 		s.stallKill(ctx, i, tasks)
+		killed++
 	}
-	s.testSignals.stallChecked.signal(len(stalled))
+	s.testSignals.stallChecked.signal(killed)
+}
+
+// deferStall records, once per stall episode, that agent i's stall was not
+// killed because the fleet-wide budget is spent.
+func (s *Supervisor) deferStall(i int, tasks []*vigiltype.Task) {
+	if s.stallDeferred[i] {
+		return
+	}
+	s.stallDeferred[i] = true
+	ids := make([]int64, len(tasks))
+	for j, t := range tasks {
+		ids[j] = t.TaskID
+	}
+	log := s.logger.With("agent", s.agents[i].Name)
+	log.Warn("stall kill deferred: the fleet-wide stall-kill budget is spent",
+		"tasks", ids, "budget", s.stall.Budget, "window", s.stall.Window)
+	s.report(log, Event{Agent: s.agents[i].Name, Kind: vigiltype.EventStallKill, Detail: map[string]any{
+		"deferred": true, "task_ids": ids, "budget": s.stall.Budget, "window_s": s.stall.Window.Seconds(),
+	}})
 }
 
 // stallKill kills agent i's current process for tasks, records the event

@@ -157,3 +157,58 @@ func waitStallCheck(t *testing.T, b *testBundle, ok func(int) bool) int {
 		}
 	}
 }
+
+func TestKillBudget(t *testing.T) {
+	b := killBudget{n: 2, window: 10 * time.Minute}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	require.True(t, b.take(t0))
+	require.True(t, b.take(t0.Add(time.Minute)))
+	require.False(t, b.take(t0.Add(2*time.Minute)), "a third kill within the window is over budget")
+	require.False(t, b.take(t0.Add(9*time.Minute)))
+	require.True(t, b.take(t0.Add(10*time.Minute)), "the first kill left the window")
+	require.False(t, b.take(t0.Add(10*time.Minute)))
+	require.True(t, b.take(t0.Add(11*time.Minute)))
+}
+
+// Past the fleet-wide budget a stall is recorded as deferred (once), not
+// killed, so one shared upstream hang does not take the fleet down.
+func TestSupervisorStallKillBudget(t *testing.T) {
+	source := &stallTasks{byKind: map[string][]*vigiltype.Task{
+		"a": {stalledTask(1)}, "b": {stalledTask(2)}, "c": {stalledTask(3)},
+	}}
+	events := newEventLog()
+	b := setup(t, Config{
+		Agents: []Agent{
+			{Name: "a", Command: []string{"sleep", "1000"}},
+			{Name: "b", Command: []string{"sleep", "1000"}},
+			{Name: "c", Command: []string{"sleep", "1000"}},
+		},
+		Backoff: BackoffPolicy{Min: time.Hour, FastFailure: time.Hour, Max: time.Hour, Jitter: JitterOff},
+		Events:  events,
+		Stall:   &StallConfig{Source: source, After: time.Minute, Every: 10 * time.Millisecond, Budget: 2, Window: time.Hour},
+	})
+	b.run(t)
+	for range 3 {
+		recv(t, b.sup.testSignals.started.ch, "start")
+	}
+	require.Equal(t, 2, waitStallCheck(t, b, func(n int) bool { return n > 0 }), "two kills, the budget")
+	for range 5 { // later checks kill nothing more
+		require.Equal(t, 0, recv(t, b.sup.testSignals.stallChecked.ch, "stall check"))
+	}
+	b.stop(t)
+
+	var kills, deferred int
+	for _, e := range events.all() {
+		if e.Kind != vigiltype.EventStallKill {
+			continue
+		}
+		if e.Detail["deferred"] == true {
+			deferred++
+		} else {
+			kills++
+		}
+	}
+	require.Equal(t, 2, kills)
+	require.Equal(t, 1, deferred, "the third stall is recorded deferred, once")
+	require.Len(t, source.reclaims(), 2)
+}

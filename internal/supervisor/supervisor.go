@@ -144,9 +144,12 @@ type Supervisor struct {
 	stdout    io.Writer
 	stderr    io.Writer
 	events    EventSink
-	stall     StallConfig   // Source nil: no stall detection
-	kills     []chan kill   // per agent: kill the current process now
-	desired   *desiredState // nil without Config.Desired
+	stall     StallConfig // Source nil: no stall detection
+	// stallBudget and stallDeferred belong to the stall loop's goroutine.
+	stallBudget   *killBudget
+	stallDeferred map[int]bool  // agents whose current stall was recorded deferred
+	kills         []chan kill   // per agent: kill the current process now
+	desired       *desiredState // nil without Config.Desired
 
 	logDir      string
 	logMaxBytes int64
@@ -253,6 +256,8 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	if cfg.Stall != nil && cfg.Stall.Source != nil {
 		sup.stall = cfg.Stall.withDefaults()
+		sup.stallBudget = &killBudget{n: sup.stall.Budget, window: sup.stall.Window}
+		sup.stallDeferred = map[int]bool{}
 	}
 	if cfg.Desired != nil {
 		sup.desired = newDesiredState(cfg.Desired, cmp.Or(cfg.DesiredPoll, DesiredPollDefault), len(agents))
