@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -145,3 +146,86 @@ func reapPID(pid int) (syscall.WaitStatus, bool) {
 // containSupported reports whether descendants that leave the process group
 // can be tracked here.
 const containSupported = true
+
+// procStartTime is process pid's start time in clock ticks since boot
+// (/proc/<pid>/stat field 22): with the pid, it names one process for good.
+func procStartTime(pid int) (uint64, bool) {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := bytes.Fields(stat[i+1:])
+	if len(f) < 20 || f[0][0] == 'Z' || f[0][0] == 'X' {
+		return 0, false
+	}
+	t, err := strconv.ParseUint(string(f[19]), 10, 64)
+	return t, err == nil
+}
+
+// generationOf returns the EnvGeneration value of process pid, if any.
+func generationOf(pid int) (string, bool) {
+	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return "", false
+	}
+	for entry := range bytes.SplitSeq(env, []byte{0}) {
+		if v, ok := bytes.CutPrefix(entry, []byte(EnvGeneration+"=")); ok {
+			return string(v), true
+		}
+	}
+	return "", false
+}
+
+// orphanedGenerationPIDs lists live processes launched for one of agents by
+// a supervisor that is no longer running: their EnvGeneration names a
+// supervisor (pid and start time) that is gone. self is this supervisor's
+// own generation prefix, whose processes are never listed.
+func orphanedGenerationPIDs(agents map[string]bool, self string) []int {
+	procs, err := listProcs()
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	me := os.Getpid()
+	for _, p := range procs {
+		if p.pid == me || !p.live() {
+			continue
+		}
+		gen, ok := generationOf(p.pid)
+		if !ok || strings.HasPrefix(gen, self) {
+			continue
+		}
+		sup, agent, ok := parseGeneration(gen)
+		if !ok || !agents[agent] || supervisorRunning(sup) {
+			continue
+		}
+		pids = append(pids, p.pid)
+	}
+	return pids
+}
+
+// supervisorRunning reports whether the supervisor named "pid-starttime" in
+// a generation marker still runs.
+func supervisorRunning(sup string) bool {
+	pidText, startText, ok := strings.Cut(sup, "-")
+	if !ok {
+		return true // not ours to judge: leave it alone
+	}
+	pid, err1 := strconv.Atoi(pidText)
+	start, err2 := strconv.ParseUint(startText, 10, 64)
+	if err1 != nil || err2 != nil {
+		return true
+	}
+	now, ok := procStartTime(pid)
+	return ok && now == start
+}
+
+// selfStartTime is this process's start time, for its generation markers.
+func selfStartTime() uint64 {
+	t, _ := procStartTime(os.Getpid())
+	return t
+}

@@ -31,3 +31,6 @@ func (r *reaper) note([]int)       {}
 func (r *reaper) pass() int        { return 0 }
 
 func (s *Supervisor) reapLoop(ctx context.Context) { <-ctx.Done() }
+
+func orphanedGenerationPIDs(map[string]bool, string) []int { return nil }
+func selfStartTime() uint64                                { return 0 }

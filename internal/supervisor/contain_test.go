@@ -190,3 +190,14 @@ func TestSupervisorKillsStubbornEscapedDescendant(t *testing.T) {
 	require.ErrorIs(t, syscall.Kill(grandchild, 0), syscall.ESRCH)
 	require.Equal(t, 1, b.logs.count(`msg="agent did not stop within grace; sending SIGKILL" agent=stubborn`))
 }
+
+func TestParseGeneration(t *testing.T) {
+	sup, agent, ok := parseGeneration("123-456.abcdefabcdef.my.agent-1.7")
+	require.True(t, ok)
+	require.Equal(t, "123-456", sup)
+	require.Equal(t, "my.agent-1", agent)
+	for _, bad := range []string{"", "123", "123-4.rand", "123-4.rand.7"} {
+		_, _, ok := parseGeneration(bad)
+		require.False(t, ok, bad)
+	}
+}

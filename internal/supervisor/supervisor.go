@@ -231,7 +231,10 @@ func New(cfg Config) (*Supervisor, error) {
 		kills[i] = make(chan kill, 1)
 	}
 	var outMu sync.Mutex
-	genPrefix := fmt.Sprintf("%d.%s.", os.Getpid(), crand.Text()[:12])
+	// "<pid>-<start time>.<random>.": the supervisor that set a marker can
+	// be told from a later one, and from an unrelated process that reused
+	// its pid (see killOrphanedGenerations).
+	genPrefix := fmt.Sprintf("%d-%d.%s.", os.Getpid(), selfStartTime(), crand.Text()[:12])
 	sup := &Supervisor{
 		agents:    agents,
 		extraEnv:  maps.Clone(cfg.ExtraEnv),
@@ -287,6 +290,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.logger.Info("supervisor starting", "agents", len(s.agents))
 	if err := becomeSubreaper(); err != nil && containSupported {
 		s.logger.Warn("cannot adopt orphaned descendants; containment is by process group only", "err", err)
+	}
+	if n := s.killOrphanedGenerations(ctx); n > 0 {
+		s.testSignals.orphansKilled.signal(n)
 	}
 	reapCtx, stopReaping := context.WithCancel(context.WithoutCancel(ctx))
 	var reaperDone sync.WaitGroup

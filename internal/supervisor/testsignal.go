@@ -40,6 +40,7 @@ type testSignals struct {
 	stallChecked     testSignal[int]           // a stall check ended, killing this many agents
 	heldStopped      testSignal[string]        // an agent is held down by its desired state
 	desiredApplied   testSignal[struct{}]      // a desired-state poll ended
+	orphansKilled    testSignal[int]           // processes left by a dead supervisor were stopped
 }
 
 // reapedOrphan is an adopted descendant the reaper reaped, and its status.
@@ -56,6 +57,7 @@ func (s *testSignals) init() {
 	s.stallChecked.init()
 	s.heldStopped.init()
 	s.desiredApplied.init()
+	s.orphansKilled.init()
 	s.orphanReaped.init()
 	s.flapping.init()
 }
