@@ -95,9 +95,20 @@ func (sf *supervisorFlags) load(cmd *cobra.Command, defaultLogs string) (*superv
 
 // config is the supervisor's configuration for fleet.
 func (sf *supervisorFlags) config(cmd *cobra.Command, fleet *supervisor.Fleet, extraEnv map[string]string,
-	logger *slog.Logger, events supervisor.EventSink, stall supervisor.StallSource, desired supervisor.DesiredSource) supervisor.Config {
+	logger *slog.Logger, events supervisor.EventSink, stall supervisor.StallSource, desired supervisor.DesiredSource,
+	latest func(ctx context.Context, kind string) (*vigiltype.Process, error)) supervisor.Config {
 	return supervisor.Config{
 		Desired: desired, DesiredPoll: sf.control,
+		Registered: func(ctx context.Context, agent string, since time.Time) (bool, error) {
+			p, err := latest(ctx, agent)
+			if errorsIsNotFound(err) {
+				return false, nil
+			}
+			if err != nil {
+				return false, err
+			}
+			return !p.StartedAt.Before(since), nil
+		},
 		Agents: fleet.Agents, ExtraEnv: extraEnv, Backoff: sf.backoff, StopGrace: sf.stopGrace, Flapping: sf.flapping,
 		Logger: logger, Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
 		Events: events,

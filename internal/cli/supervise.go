@@ -62,7 +62,7 @@ serve' (or more) and one 'vigil supervise' per host.`,
 			}
 			remote := remoteServer{c}
 			sup, err := supervisor.New(sf.config(cmd, fleet, extraEnv, logger, remote, remote,
-				desiredFrom{agent: c.GetAgent, plannedStop: c.ActivePlannedStop}))
+				desiredFrom{agent: c.GetAgent, plannedStop: c.ActivePlannedStop}, c.ProcessStatus))
 			if err != nil {
 				return err
 			}

@@ -49,7 +49,8 @@ Fleet file:
     - name: worker-1                       # also its VIGIL_KIND
       command: ["go", "run", "./examples/worker"]
       env: {VIGIL_WORKER_1_LIVENESS_INTERVAL: "5s"}
-      dir: ".."                            # relative to the fleet file`,
+      dir: ".."                            # relative to the fleet file
+      startup_timeout: 60s                 # optional: kill it if it has not registered by then`,
 		Example: `  vigil up --fleet examples/fleet.yaml
   vigil up --fleet fleet.yaml --db /var/lib/vigil/vigil.db --backoff-min 1s`,
 		Args: cobra.NoArgs,
@@ -77,7 +78,7 @@ Fleet file:
 			}
 			extraEnv["VIGIL_URL"] = d.URL()
 			sup, err := supervisor.New(sf.config(cmd, fleet, extraEnv, logger, eventRecorder{d.Events}, d.Lease,
-				desiredFrom{agent: d.Registry.Get, plannedStop: d.Events.ActivePlannedStop}))
+				desiredFrom{agent: d.Registry.Get, plannedStop: d.Events.ActivePlannedStop}, d.Liveness.Latest))
 			if err != nil {
 				_ = d.Stop()
 				return err

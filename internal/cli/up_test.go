@@ -173,3 +173,38 @@ func TestStopStartRestart(t *testing.T) {
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, errOut, "--reason is required")
 }
+
+// An agent with startup_timeout that never registers an instance is
+// killed and a startup_timeout event recorded.
+func TestUpStartupTimeout(t *testing.T) {
+	dir := t.TempDir()
+	fleet := filepath.Join(dir, "fleet.yaml")
+	require.NoError(t, os.WriteFile(fleet, []byte("agents:\n  - name: mute\n    command: [\"sleep\", \"1000\"]\n    startup_timeout: 200ms\n"), 0o644))
+	var stdout, stderr lockedBuffer
+	root := NewRoot(strings.NewReader(""), &stdout, &stderr)
+	root.SetArgs([]string{"up", "--fleet", fleet, "--db", filepath.Join(dir, "v.db"), "--addr", "127.0.0.1:0",
+		"--backoff-min", "1h", "--backoff-max", "1h"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+	var url string
+	re := regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+)`)
+	require.Eventually(t, func() bool {
+		m := re.FindStringSubmatch(stderr.String())
+		if m != nil {
+			url = m[1]
+		}
+		return m != nil
+	}, 15*time.Second, 10*time.Millisecond)
+	c, err := vigilclient.New([]string{url})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		page, err := c.ListEvents(ctx, vigilclient.ListEventsParams{Agent: "mute"})
+		require.NoError(t, err)
+		return len(page.Events) == 1 && page.Events[0].Kind == vigiltype.EventStartupTimeout
+	}, 15*time.Second, 20*time.Millisecond, "a startup_timeout event")
+}

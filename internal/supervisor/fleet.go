@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -45,6 +46,12 @@ type Agent struct {
 	// exists. ParseFleet, which knows no file, leaves it as written and
 	// unchecked (empty: the supervisor's working directory).
 	Dir string
+	// StartupTimeout, when set, is how long a launched agent has to
+	// register its process instance with the server (an agent on the SDK
+	// does so first thing); one that has not is killed, a startup_timeout
+	// event is recorded, and it is restarted with backoff. Zero: no check
+	// (for agents that do not register). Fleet file: startup_timeout: 60s.
+	StartupTimeout time.Duration
 }
 
 // agentNameRE is the allowed shape of Agent.Name.
@@ -131,7 +138,7 @@ func ParseFleet(data []byte) (*Fleet, error) {
 }
 
 // agentFields are the keys an agent mapping may hold.
-var agentFields = []string{"name", "command", "env", "dir"}
+var agentFields = []string{"name", "command", "env", "dir", "startup_timeout"}
 
 // parseFleet decodes the document node by node rather than with a strict
 // yaml.Decoder (KnownFields) into structs, so that every error — unknown key
@@ -237,6 +244,16 @@ func parseAgent(i int, n *yaml.Node) (Agent, []error) {
 				}
 				a.Command = append(a.Command, arg.Value)
 			}
+		case "startup_timeout":
+			if isNull(v) {
+				continue
+			}
+			d, err := time.ParseDuration(v.Value)
+			if v.Kind != yaml.ScalarNode || err != nil || d <= 0 {
+				errs = append(errs, fmt.Errorf(`%s: must be a positive duration like "60s" (line %d)`, field, v.Line))
+				continue
+			}
+			a.StartupTimeout = d
 		case "env":
 			if isNull(v) {
 				continue

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -191,6 +192,13 @@ agents:
 	require.Equal(t, map[string]string{"K": "v"}, fleet.Agents[1].Env)
 }
 
+func TestParseFleetStartupTimeout(t *testing.T) {
+	t.Parallel()
+	fleet, err := ParseFleet([]byte("agents: [{name: a, command: [x], startup_timeout: 90s}]\n"))
+	require.NoError(t, err)
+	require.Equal(t, 90*time.Second, fleet.Agents[0].StartupTimeout)
+}
+
 func TestParseFleetInvalid(t *testing.T) {
 	t.Parallel()
 
@@ -211,9 +219,11 @@ func TestParseFleetInvalid(t *testing.T) {
 		{"EmptyAgents", "agents: []\n", []string{"agents: must list at least one agent"}},
 		{"AgentsNotAList", "agents: {name: a}\n", []string{"agents: must be a list (line 1)"}},
 		{"AgentNotAMapping", "agents: [worker]\n", []string{"agents[0]: must be a mapping with name and command (line 1)"}},
+		{"StartupTimeoutNotADuration", "agents: [{name: a, command: [x], startup_timeout: soon}]\n", []string{`agents[0].startup_timeout: must be a positive duration like "60s"`}},
+		{"StartupTimeoutNegative", "agents: [{name: a, command: [x], startup_timeout: -5s}]\n", []string{`agents[0].startup_timeout: must be a positive duration`}},
 		{
 			"UnknownAgentKey", "agents:\n  - name: a\n    command: [x]\n  - name: b\n    comand: [x]\n",
-			[]string{`agents[1]: unknown field "comand" (line 5; known: name, command, env, dir)`},
+			[]string{`agents[1]: unknown field "comand" (line 5; known: name, command, env, dir, startup_timeout)`},
 		},
 		{
 			"RepeatedKey", "agents:\n  - name: a\n    name: b\n    command: [x]\n",

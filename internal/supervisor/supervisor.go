@@ -90,6 +90,10 @@ type Config struct {
 	// running process restarts it at once (vigil stop / start / restart).
 	Desired     DesiredSource
 	DesiredPoll time.Duration
+	// Registered tells whether agent has registered a process instance
+	// since a launch, for the agents with a StartupTimeout. Without it
+	// startup timeouts are not checked.
+	Registered func(ctx context.Context, agent string, since time.Time) (bool, error)
 }
 
 // EventSink records the supervisor's process events.
@@ -144,7 +148,9 @@ type Supervisor struct {
 	stdout    io.Writer
 	stderr    io.Writer
 	events    EventSink
-	stall     StallConfig // Source nil: no stall detection
+	// registered is Config.Registered (startup timeouts).
+	registered func(ctx context.Context, agent string, since time.Time) (bool, error)
+	stall      StallConfig // Source nil: no stall detection
 	// stallBudget and stallDeferred belong to the stall loop's goroutine.
 	stallBudget   *killBudget
 	stallDeferred map[int]bool  // agents whose current stall was recorded deferred
@@ -216,7 +222,8 @@ func New(cfg Config) (*Supervisor, error) {
 	agents := make([]Agent, len(cfg.Agents))
 	status := make([]AgentStatus, len(cfg.Agents))
 	for i, a := range cfg.Agents {
-		agents[i] = Agent{Name: a.Name, Command: slices.Clone(a.Command), Env: maps.Clone(a.Env), Dir: a.Dir}
+		agents[i] = Agent{Name: a.Name, Command: slices.Clone(a.Command), Env: maps.Clone(a.Env), Dir: a.Dir,
+			StartupTimeout: a.StartupTimeout}
 		status[i] = AgentStatus{Name: a.Name}
 	}
 	stdout, stderr := cfg.Stdout, cfg.Stderr
@@ -236,17 +243,18 @@ func New(cfg Config) (*Supervisor, error) {
 	// its pid (see killOrphanedGenerations).
 	genPrefix := fmt.Sprintf("%d-%d.%s.", os.Getpid(), selfStartTime(), crand.Text()[:12])
 	sup := &Supervisor{
-		agents:    agents,
-		extraEnv:  maps.Clone(cfg.ExtraEnv),
-		backoff:   backoff,
-		flapping:  flapping,
-		stopGrace: cmp.Or(cfg.StopGrace, StopGraceDefault),
-		logger:    cmp.Or(cfg.Logger, slog.Default()),
-		stdout:    syncWriter{mu: &outMu, w: stdout},
-		stderr:    syncWriter{mu: &outMu, w: stderr},
-		events:    cfg.Events,
-		status:    status,
-		kills:     kills,
+		agents:     agents,
+		extraEnv:   maps.Clone(cfg.ExtraEnv),
+		backoff:    backoff,
+		flapping:   flapping,
+		stopGrace:  cmp.Or(cfg.StopGrace, StopGraceDefault),
+		logger:     cmp.Or(cfg.Logger, slog.Default()),
+		stdout:     syncWriter{mu: &outMu, w: stdout},
+		stderr:     syncWriter{mu: &outMu, w: stderr},
+		events:     cfg.Events,
+		registered: cfg.Registered,
+		status:     status,
+		kills:      kills,
 
 		logDir:      cfg.LogDir,
 		logMaxBytes: cmp.Or(cfg.LogMaxBytes, LogMaxBytesDefault),
@@ -441,6 +449,10 @@ func (s *Supervisor) runOnce(ctx context.Context, i, attempt int, log *slog.Logg
 		s.reaper.leaderWaited(pid)
 		close(waited)
 	}()
+	if a.StartupTimeout > 0 && s.registered != nil {
+		stopCheck := s.watchStartup(ctx, i, started, waited)
+		defer stopCheck()
+	}
 
 	select {
 	case <-waited:

@@ -41,6 +41,7 @@ type testSignals struct {
 	heldStopped      testSignal[string]        // an agent is held down by its desired state
 	desiredApplied   testSignal[struct{}]      // a desired-state poll ended
 	orphansKilled    testSignal[int]           // processes left by a dead supervisor were stopped
+	startupChecked   testSignal[bool]          // a startup check found the agent registered (or not)
 }
 
 // reapedOrphan is an adopted descendant the reaper reaped, and its status.
@@ -58,6 +59,7 @@ func (s *testSignals) init() {
 	s.heldStopped.init()
 	s.desiredApplied.init()
 	s.orphansKilled.init()
+	s.startupChecked.init()
 	s.orphanReaped.init()
 	s.flapping.init()
 }
