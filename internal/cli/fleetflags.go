@@ -2,11 +2,13 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -235,4 +237,111 @@ func (d desiredFrom) Desired(ctx context.Context, name string) (supervisor.Desir
 		return supervisor.Desired{}, err
 	}
 	return out, nil
+}
+
+// launchConfig is the part of an agent's registry config that lets a
+// supervisor start it without a fleet file:
+//
+//	{"launch": {"host": "box1", "command": ["/usr/bin/agent", "--x"], "env": {"K": "v"}, "dir": "/srv/agent"}}
+//
+// Only the supervisor on that host launches it, so it never runs twice.
+type launchConfig struct {
+	Launch *struct {
+		Host    string            `json:"host"`
+		Command []string          `json:"command"`
+		Env     map[string]string `json:"env"`
+		Dir     string            `json:"dir"`
+	} `json:"launch"`
+}
+
+// launchable returns the agent a registry record asks this host to run.
+func launchable(a vigiltype.Agent, host string) (supervisor.Agent, bool) {
+	var c launchConfig
+	if len(a.Config) == 0 || json.Unmarshal(a.Config, &c) != nil || c.Launch == nil || c.Launch.Host != host {
+		return supervisor.Agent{}, false
+	}
+	return supervisor.Agent{Name: a.Name, Command: c.Launch.Command, Env: c.Launch.Env, Dir: c.Launch.Dir}, true
+}
+
+// fleetRunner runs a fleet's supervisor and picks up agents registered
+// later through the API whose config asks this host to launch them, each
+// under a supervisor of its own (vigil up and vigil supervise).
+type fleetRunner struct {
+	sf     *supervisorFlags
+	cmd    *cobra.Command
+	host   string
+	logger *slog.Logger
+	// config builds a supervisor configuration for a set of agents.
+	config func(fleet *supervisor.Fleet) supervisor.Config
+	// list reads the registry.
+	list func(ctx context.Context) ([]vigiltype.Agent, error)
+}
+
+// run runs sup (the fleet file's agents, named in known) and the watch for
+// later agents until ctx ends and every supervisor has stopped.
+func (r *fleetRunner) run(ctx context.Context, sup *supervisor.Supervisor, known map[string]bool) error {
+	var wg sync.WaitGroup
+	wg.Go(func() { r.watch(ctx, known, &wg) })
+	err := sup.Run(ctx)
+	wg.Wait()
+	return err
+}
+
+// watch polls the registry every --control-poll for launchable agents it
+// does not run yet and starts a supervisor for each.
+func (r *fleetRunner) watch(ctx context.Context, known map[string]bool, wg *sync.WaitGroup) {
+	t := time.NewTicker(r.sf.control)
+	defer t.Stop()
+	for {
+		if agents, err := r.list(ctx); err != nil {
+			if ctx.Err() == nil {
+				r.logger.Warn("cannot read the registry for new agents", "err", err)
+			}
+		} else {
+			for _, a := range agents {
+				if known[a.Name] {
+					continue
+				}
+				spec, ok := launchable(a, r.host)
+				if !ok {
+					continue
+				}
+				known[a.Name] = true
+				sup, err := supervisor.New(r.config(&supervisor.Fleet{Agents: []supervisor.Agent{spec}}))
+				if err != nil {
+					r.logger.Error("agent registered with a launch config that cannot run", "agent", a.Name, "err", err)
+					continue
+				}
+				r.logger.Info("supervising an agent registered through the API", "agent", a.Name, "command", spec.Command)
+				wg.Go(func() {
+					if err := sup.Run(ctx); err != nil {
+						r.logger.Error("supervisor of a registered agent failed", "agent", a.Name, "err", err)
+					}
+				})
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// fleetNames is the set of a fleet's agent names.
+func fleetNames(fleet *supervisor.Fleet) map[string]bool {
+	known := make(map[string]bool, len(fleet.Agents))
+	for _, a := range fleet.Agents {
+		known[a.Name] = true
+	}
+	return known
+}
+
+// hostname is this host's name as agents report it.
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return "localhost"
+	}
+	return h
 }

@@ -61,8 +61,14 @@ serve' (or more) and one 'vigil supervise' per host.`,
 				extraEnv["VIGIL_TOKEN_FILE"] = abs
 			}
 			remote := remoteServer{c}
-			sup, err := supervisor.New(sf.config(cmd, fleet, extraEnv, logger, remote, remote,
-				desiredFrom{agent: c.GetAgent, plannedStop: c.ActivePlannedStop}, c.ProcessStatus))
+			runner := &fleetRunner{sf: &sf, cmd: cmd, host: hostname(), logger: logger,
+				config: func(f *supervisor.Fleet) supervisor.Config {
+					return sf.config(cmd, f, extraEnv, logger, remote, remote,
+						desiredFrom{agent: c.GetAgent, plannedStop: c.ActivePlannedStop}, c.ProcessStatus)
+				},
+				list: c.ListAgents,
+			}
+			sup, err := supervisor.New(runner.config(fleet))
 			if err != nil {
 				return err
 			}
@@ -76,7 +82,7 @@ serve' (or more) and one 'vigil supervise' per host.`,
 				return err
 			}
 			logger.Info("supervising fleet", "fleet", sf.fleetPath, "agents", len(fleet.Agents), "server", cf.server)
-			return sup.Run(ctx)
+			return runner.run(ctx, sup, fleetNames(fleet))
 		},
 	}
 	cf.register(cmd)

@@ -67,3 +67,46 @@ func TestSuperviseNeedsAServer(t *testing.T) {
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, errOut, "--stall-after must be at least 1s")
 }
+
+// An agent registered later through the API, whose config asks this host to
+// launch it, is picked up without a restart; one for another host is not.
+func TestSupervisePicksUpRegisteredAgents(t *testing.T) {
+	srv := testserver.Start(t)
+	dir := t.TempDir()
+	fleet := filepath.Join(dir, "fleet.yaml")
+	require.NoError(t, os.WriteFile(fleet, []byte("agents:\n  - name: base\n    command: [\"sleep\", \"1000\"]\n"), 0o644))
+
+	var stdout, stderr lockedBuffer
+	root := NewRoot(strings.NewReader(""), &stdout, &stderr)
+	root.SetArgs([]string{"supervise", "--server", srv.URL, "--fleet", fleet, "--log-dir", filepath.Join(dir, "logs"),
+		"--control-poll", "20ms", "--backoff-min", "1h", "--backoff-max", "1h"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+
+	c, err := vigilclient.New([]string{srv.URL})
+	require.NoError(t, err)
+	launch := func(host string) map[string]any {
+		return map[string]any{"launch": map[string]any{
+			"host": host, "command": []string{"sh", "-c", "echo late arrival >&2; exit 6"},
+		}}
+	}
+	_, err = c.RegisterAgent(ctx, vigilclient.AgentParams{Name: "late", Config: launch(hostname())})
+	require.NoError(t, err)
+	_, err = c.RegisterAgent(ctx, vigilclient.AgentParams{Name: "elsewhere", Config: launch("another-host")})
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool {
+		page, err := c.ListEvents(ctx, vigilclient.ListEventsParams{Agent: "late"})
+		require.NoError(t, err)
+		return len(page.Events) == 1 && *page.Events[0].ExitCode == 6 && page.Events[0].StderrTail == "late arrival\n"
+	}, 15*time.Second, 20*time.Millisecond, "the late agent launched and its exit recorded")
+	page, err := c.ListEvents(ctx, vigilclient.ListEventsParams{Agent: "elsewhere"})
+	require.NoError(t, err)
+	require.Empty(t, page.Events, "an agent for another host is not launched here")
+	require.NotContains(t, stderr.String(), `agent=elsewhere`)
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/vigil-fleet/vigil/internal/events"
 	"github.com/vigil-fleet/vigil/internal/registry"
 	"github.com/vigil-fleet/vigil/internal/supervisor"
+	"github.com/vigil-fleet/vigil/vigiltype"
 )
 
 // FleetFileDefault is the fleet file `vigil up` reads when --fleet is not given.
@@ -77,14 +78,27 @@ Fleet file:
 				return err
 			}
 			extraEnv["VIGIL_URL"] = d.URL()
-			sup, err := supervisor.New(sf.config(cmd, fleet, extraEnv, logger, eventRecorder{d.Events}, d.Lease,
-				desiredFrom{agent: d.Registry.Get, plannedStop: d.Events.ActivePlannedStop}, d.Liveness.Latest))
+			runner := &fleetRunner{sf: &sf, cmd: cmd, host: hostname(), logger: logger,
+				config: func(f *supervisor.Fleet) supervisor.Config {
+					return sf.config(cmd, f, extraEnv, logger, eventRecorder{d.Events}, d.Lease,
+						desiredFrom{agent: d.Registry.Get, plannedStop: d.Events.ActivePlannedStop}, d.Liveness.Latest)
+				},
+				list: func(ctx context.Context) ([]vigiltype.Agent, error) {
+					list, err := d.Registry.List(ctx)
+					out := make([]vigiltype.Agent, len(list))
+					for i, a := range list {
+						out[i] = *a
+					}
+					return out, err
+				},
+			}
+			sup, err := supervisor.New(runner.config(fleet))
 			if err != nil {
 				_ = d.Stop()
 				return err
 			}
-			// The fleet's agents are registered (replacing earlier records),
-			// so the registry says what this host is meant to run.
+			// The fleet's agents not in the registry yet are registered, so
+			// the registry says what this host is meant to run.
 			err = registerFleet(ctx, fleet, func(ctx context.Context, name string) (bool, error) {
 				return found(d.Registry.Get(ctx, name))
 			}, func(ctx context.Context, name, function string) error {
@@ -97,7 +111,7 @@ Fleet file:
 			}
 			d.Start(ctx)
 			logger.Info("supervising fleet", "fleet", sf.fleetPath, "agents", len(fleet.Agents))
-			supErr := sup.Run(ctx)
+			supErr := runner.run(ctx, sup, fleetNames(fleet))
 			// The agents are down (they mark their instances exited on the
 			// way out); now the server.
 			stopErr := d.Stop()
