@@ -155,6 +155,10 @@ func TestServeRefusesExposureWithoutToken(t *testing.T) {
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, errOut, "--sweep-interval must be at least 10ms")
 
+	code, _, errOut = run(t, "up", "--backoff-reset", "5s", "--db", db)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "--backoff-reset (5s) must not be below --backoff-fast-failure (30s)")
+
 	code, _, errOut = run(t, "up", "--stop-grace", "-1s", "--db", db)
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, errOut, "--stop-grace must be positive")

@@ -37,6 +37,8 @@ func (sf *supervisorFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&sf.fleetPath, "fleet", FleetFileDefault, "fleet file (YAML) listing the agents to run")
 	fs.DurationVar(&sf.backoff.Min, "backoff-min", supervisor.BackoffMinDefault, "restart delay after an exit (DESIGN S2)")
 	fs.DurationVar(&sf.backoff.FastFailure, "backoff-fast-failure", supervisor.FastFailureDefault, "a run shorter than this doubles the next delay")
+	fs.DurationVar(&sf.backoff.Reset, "backoff-reset", supervisor.BackoffResetDefault,
+		"a run at least this long resets the delay to --backoff-min; at least --backoff-fast-failure")
 	fs.DurationVar(&sf.backoff.Max, "backoff-max", supervisor.BackoffMaxDefault, "cap on the restart delay")
 	fs.Float64Var(&sf.backoff.Jitter, "backoff-jitter", supervisor.JitterDefault,
 		"spread each restart delay d over [d, d+jitter·d] (ending at --backoff-max at the cap), so agents failing together do not restart in lockstep (DESIGN S2); 0 to 1, 0 disables")
@@ -153,6 +155,8 @@ func checkBackoff(b supervisor.BackoffPolicy) error {
 		return fmt.Errorf("--backoff-min must be positive, got %s", b.Min)
 	case b.FastFailure <= 0:
 		return fmt.Errorf("--backoff-fast-failure must be positive, got %s", b.FastFailure)
+	case b.Reset < b.FastFailure:
+		return fmt.Errorf("--backoff-reset (%s) must not be below --backoff-fast-failure (%s)", b.Reset, b.FastFailure)
 	case b.Max < b.Min:
 		return fmt.Errorf("--backoff-max (%s) must not be below --backoff-min (%s)", b.Max, b.Min)
 	case b.Jitter < 0 || b.Jitter > 1:

@@ -18,6 +18,9 @@ const (
 	FastFailureDefault = 30 * time.Second
 	// BackoffMaxDefault caps the restart delay: 300s (DESIGN S2).
 	BackoffMaxDefault = 300 * time.Second
+	// BackoffResetDefault: a run at least this long resets the delay to
+	// Min (DESIGN S2: "back to 5s after a run ≥ 30s").
+	BackoffResetDefault = 30 * time.Second
 	// JitterDefault spreads each restart delay over a band 20% of its width,
 	// so that a fleet failing together does not restart in lockstep.
 	JitterDefault = 0.2
@@ -33,9 +36,12 @@ type BackoffPolicy struct {
 	// healthy run. Default BackoffMinDefault (5s, DESIGN S2).
 	Min time.Duration
 	// FastFailure is the threshold: a run shorter than this doubles the
-	// delay, a run at least this long resets it to Min. Default
-	// FastFailureDefault (30s, DESIGN S2).
+	// delay. Default FastFailureDefault (30s, DESIGN S2).
 	FastFailure time.Duration
+	// Reset is the run length that resets the delay to Min; a run between
+	// FastFailure and Reset keeps the current delay. At least FastFailure.
+	// Default: FastFailure (30s by default, DESIGN S2: BackoffResetDefault).
+	Reset time.Duration
 	// Max caps the delay. Default BackoffMaxDefault (300s, DESIGN S2).
 	Max time.Duration
 	// Jitter is the width of the band each delay d is drawn from, as a
@@ -51,6 +57,7 @@ func (p BackoffPolicy) withDefaults() BackoffPolicy {
 	return BackoffPolicy{
 		Min:         cmp.Or(p.Min, BackoffMinDefault),
 		FastFailure: cmp.Or(p.FastFailure, FastFailureDefault),
+		Reset:       cmp.Or(p.Reset, p.FastFailure, FastFailureDefault),
 		Max:         cmp.Or(p.Max, BackoffMaxDefault),
 		Jitter:      cmp.Or(p.Jitter, JitterDefault),
 	}
@@ -63,13 +70,16 @@ func (p BackoffPolicy) validate(at string) error {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"Min", p.Min}, {"FastFailure", p.FastFailure}, {"Max", p.Max}} {
+	}{{"Min", p.Min}, {"FastFailure", p.FastFailure}, {"Reset", p.Reset}, {"Max", p.Max}} {
 		if f.d < 0 {
 			errs = append(errs, fmt.Errorf("%s.%s: must not be negative, got %s", at, f.name, f.d))
 		}
 	}
 	if p.Jitter != JitterOff && (p.Jitter < 0 || p.Jitter > 1) {
 		errs = append(errs, fmt.Errorf("%s.Jitter: must be between 0 and 1 (or JitterOff), got %g", at, p.Jitter))
+	}
+	if p.Reset < p.FastFailure {
+		errs = append(errs, fmt.Errorf("%s.Reset: %s must not be below %s.FastFailure (%s)", at, p.Reset, at, p.FastFailure))
 	}
 	if p.Min > p.Max {
 		errs = append(errs, fmt.Errorf("%s.Min: %s must not exceed %s.Max (%s)", at, p.Min, at, p.Max))
@@ -101,8 +111,9 @@ func NewBackoffTracker(policy BackoffPolicy, rnd *rand.Rand) *BackoffTracker {
 
 // Next records that a run lasted runDuration (0 for a launch failure) and
 // returns how long to wait before the next start:
-//   - a run of at least FastFailure is healthy: wait Min, and forget earlier
+//   - a run of at least Reset is healthy: wait Min, and forget earlier
 //     fast failures;
+//   - a run between FastFailure and Reset keeps the current delay;
 //   - a shorter run is a fast failure: the first of a streak waits Min, each
 //     following one doubles the previous delay, capped at Max.
 //
@@ -113,9 +124,11 @@ func NewBackoffTracker(policy BackoffPolicy, rnd *rand.Rand) *BackoffTracker {
 func (b *BackoffTracker) Next(runDuration time.Duration) time.Duration {
 	p := b.policy
 	switch {
-	case runDuration >= p.FastFailure:
+	case runDuration >= p.Reset:
 		b.streak = 0
 		return b.jitter(p.Min)
+	case runDuration >= p.FastFailure:
+		return b.jitter(cmp.Or(b.streak, p.Min))
 	case b.streak == 0:
 		b.streak = p.Min
 	case b.streak > p.Max/2: // doubling would pass the cap (or overflow)

@@ -104,10 +104,10 @@ func TestBackoffPolicyDefaultsAndValidate(t *testing.T) {
 	t.Parallel()
 
 	require.Equal(t,
-		BackoffPolicy{Min: 5 * time.Second, FastFailure: 30 * time.Second, Max: 300 * time.Second, Jitter: 0.2},
+		BackoffPolicy{Min: 5 * time.Second, FastFailure: 30 * time.Second, Reset: 30 * time.Second, Max: 300 * time.Second, Jitter: 0.2},
 		BackoffPolicy{}.withDefaults())
 	require.Equal(t,
-		BackoffPolicy{Min: time.Millisecond, FastFailure: 30 * time.Second, Max: 300 * time.Second, Jitter: 0.2},
+		BackoffPolicy{Min: time.Millisecond, FastFailure: 30 * time.Second, Reset: 30 * time.Second, Max: 300 * time.Second, Jitter: 0.2},
 		BackoffPolicy{Min: time.Millisecond}.withDefaults())
 
 	require.NoError(t, BackoffPolicy{}.withDefaults().validate("Backoff"))
@@ -170,4 +170,18 @@ func TestBackoffTrackerJitter(t *testing.T) {
 func band(p BackoffPolicy, d time.Duration) [2]time.Duration {
 	lo, hi := p.JitterBand(d)
 	return [2]time.Duration{lo, hi}
+}
+
+// DESIGN S2's four numbers are separate: a run between the fast-failure
+// threshold and the reset threshold neither doubles nor resets the delay.
+func TestBackoffResetThreshold(t *testing.T) {
+	t.Parallel()
+	b := NewBackoffTracker(BackoffPolicy{Min: time.Second, FastFailure: 10 * time.Second, Reset: time.Minute, Max: time.Hour}, nil)
+	require.Equal(t, time.Second, b.Next(0))
+	require.Equal(t, 2*time.Second, b.Next(time.Second))
+	require.Equal(t, 4*time.Second, b.Next(time.Second))
+	require.Equal(t, 4*time.Second, b.Next(30*time.Second), "not a fast failure, not long enough to reset")
+	require.Equal(t, 8*time.Second, b.Next(time.Second))
+	require.Equal(t, time.Second, b.Next(time.Minute), "a run of Reset resets")
+	require.Error(t, BackoffPolicy{FastFailure: time.Minute, Reset: time.Second}.withDefaults().validate("Backoff"))
 }

@@ -257,7 +257,7 @@ func TestNew(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, StopGraceDefault, sup.stopGrace)
 		require.Equal(t, 30*time.Second, StopGraceDefault)
-		require.Equal(t, BackoffPolicy{Min: BackoffMinDefault, FastFailure: FastFailureDefault, Max: BackoffMaxDefault, Jitter: JitterDefault}, sup.backoff)
+		require.Equal(t, BackoffPolicy{Min: BackoffMinDefault, FastFailure: FastFailureDefault, Reset: BackoffResetDefault, Max: BackoffMaxDefault, Jitter: JitterDefault}, sup.backoff)
 		require.Equal(t, slog.Default(), sup.logger)
 		require.Equal(t, os.Stdout, sup.stdout.(syncWriter).w)
 		require.Equal(t, os.Stderr, sup.stderr.(syncWriter).w)
