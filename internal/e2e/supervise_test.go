@@ -50,6 +50,13 @@ func TestRestartedSupervisorStopsTheOldGeneration(t *testing.T) {
 		return out
 	}
 
+	// Agents run in process groups of their own, which the harness does
+	// not kill: whatever this test started goes at the end.
+	t.Cleanup(func() {
+		for _, pid := range readPIDs() {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
 	first := start(t, nil, bins.vigil, args...)
 	eventually(t, 30*time.Second, "the first generation", func() bool { return len(readPIDs()) == 1 })
 	old := readPIDs()[0]
@@ -62,4 +69,7 @@ func TestRestartedSupervisorStopsTheOldGeneration(t *testing.T) {
 	require.False(t, alive(old), "the old generation was stopped before the new one started")
 	require.True(t, alive(readPIDs()[1]))
 	require.Contains(t, second.out.String(), "left by a supervisor that is gone")
+	require.NoError(t, syscall.Kill(second.cmd.Process.Pid, syscall.SIGTERM))
+	<-second.done
+	require.False(t, alive(readPIDs()[1]), "a supervisor stopped with SIGTERM stops its agent")
 }
