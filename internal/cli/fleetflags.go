@@ -100,7 +100,8 @@ func (sf *supervisorFlags) load(cmd *cobra.Command, defaultLogs string) (*superv
 // config is the supervisor's configuration for fleet.
 func (sf *supervisorFlags) config(cmd *cobra.Command, fleet *supervisor.Fleet, extraEnv map[string]string,
 	logger *slog.Logger, events supervisor.EventSink, stall supervisor.StallSource, desired supervisor.DesiredSource,
-	latest func(ctx context.Context, kind string) (*vigiltype.Process, error)) supervisor.Config {
+	latest func(ctx context.Context, kind string) (*vigiltype.Process, error),
+	holder func(ctx context.Context, instanceID string) (*vigiltype.Process, error)) supervisor.Config {
 	return supervisor.Config{
 		Desired: desired, DesiredPoll: sf.control,
 		Registered: func(ctx context.Context, agent string, since time.Time) (bool, error) {
@@ -117,7 +118,7 @@ func (sf *supervisorFlags) config(cmd *cobra.Command, fleet *supervisor.Fleet, e
 		Logger: logger, Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
 		Events: events,
 		LogDir: sf.logDir, LogMaxBytes: sf.logMax, LogKeep: sf.logKeep,
-		Stall: sf.stall.config(stall),
+		Stall: sf.stall.config(stall, holder),
 	}
 }
 
@@ -201,11 +202,13 @@ func (f *stallFlags) check() error {
 }
 
 // config is the supervisor's stall configuration over source, nil when off.
-func (f *stallFlags) config(source supervisor.StallSource) *supervisor.StallConfig {
+func (f *stallFlags) config(source supervisor.StallSource,
+	holder func(ctx context.Context, instanceID string) (*vigiltype.Process, error)) *supervisor.StallConfig {
 	if f.off {
 		return nil
 	}
-	c := &supervisor.StallConfig{Source: source, After: f.after, Every: f.every, Budget: f.budget, Window: f.window}
+	c := &supervisor.StallConfig{Source: source, After: f.after, Every: f.every, Budget: f.budget, Window: f.window,
+		Holder: holder, Host: hostname()}
 	if f.pendingApproval != "" {
 		c.PendingApproval = supervisor.PendingApprovalCommand([]string{"sh", "-c", f.pendingApproval})
 	}

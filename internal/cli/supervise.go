@@ -64,7 +64,7 @@ serve' (or more) and one 'vigil supervise' per host.`,
 			runner := &fleetRunner{sf: &sf, cmd: cmd, host: hostname(), logger: logger,
 				config: func(f *supervisor.Fleet) supervisor.Config {
 					return sf.config(cmd, f, extraEnv, logger, remote, remote,
-						desiredFrom{agent: c.GetAgent, plannedStop: c.ActivePlannedStop}, c.ProcessStatus)
+						desiredFrom{agent: c.GetAgent, plannedStop: c.ActivePlannedStop}, c.ProcessStatus, c.GetProcess)
 				},
 				list: c.ListAgents,
 			}

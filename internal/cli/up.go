@@ -81,7 +81,7 @@ Fleet file:
 			runner := &fleetRunner{sf: &sf, cmd: cmd, host: hostname(), logger: logger,
 				config: func(f *supervisor.Fleet) supervisor.Config {
 					return sf.config(cmd, f, extraEnv, logger, eventRecorder{d.Events}, d.Lease,
-						desiredFrom{agent: d.Registry.Get, plannedStop: d.Events.ActivePlannedStop}, d.Liveness.Latest)
+						desiredFrom{agent: d.Registry.Get, plannedStop: d.Events.ActivePlannedStop}, d.Liveness.Latest, d.Liveness.Get)
 				},
 				list: func(ctx context.Context) ([]vigiltype.Agent, error) {
 					list, err := d.Registry.List(ctx)

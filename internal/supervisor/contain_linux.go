@@ -229,3 +229,9 @@ func selfStartTime() uint64 {
 	t, _ := procStartTime(os.Getpid())
 	return t
 }
+
+// ownsProcess reports whether pid is the agent's current process or one of
+// its generation's descendants (it carries the marker gen).
+func ownsProcess(pid, leader int, gen string) bool {
+	return pid == leader || (gen != "" && environHas(pid, gen, false))
+}

@@ -34,3 +34,6 @@ func (s *Supervisor) reapLoop(ctx context.Context) { <-ctx.Done() }
 
 func orphanedGenerationPIDs(map[string]bool, string) []int { return nil }
 func selfStartTime() uint64                                { return 0 }
+
+// ownsProcess: off Linux only the agent's leader itself is known.
+func ownsProcess(pid, leader int, _ string) bool { return pid == leader }

@@ -35,8 +35,10 @@ type Desired struct {
 // kill asks runOnce to end the current process now.
 type kill struct {
 	reason     string
-	reportExit bool // record an exit event (an operator's stop or restart: suppressed by its marker)
-	byOperator bool // no backoff and no flap count; a stop then waits for start
+	reportExit bool          // record an exit event (an operator's stop or restart: suppressed by its marker)
+	byOperator bool          // no backoff and no flap count; a stop then waits for start
+	done       chan struct{} // closed once the process and its generation are gone (optional)
+	immediate  bool          // SIGKILL without the stop grace (a stall kill: the agent is wedged)
 }
 
 // desiredState is the last known desired status of every agent.
@@ -145,10 +147,12 @@ func (s *Supervisor) applyDesired(ctx context.Context) {
 }
 
 // requestKill asks agent i's current process to end, unless a kill is
-// already on its way.
-func (s *Supervisor) requestKill(i int, k kill) {
+// already on its way; it reports whether k was queued.
+func (s *Supervisor) requestKill(i int, k kill) bool {
 	select {
 	case s.kills[i] <- k:
+		return true
 	default:
+		return false
 	}
 }

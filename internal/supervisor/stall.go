@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"time"
 
@@ -51,6 +52,15 @@ type StallConfig struct {
 	// (StallKillBudgetDefault per StallKillWindowDefault when zero).
 	Budget int
 	Window time.Duration
+	// Holder looks up the instance holding a task. When set, only tasks
+	// held by this supervisor's own current process of the agent count —
+	// same host, and a process carrying the current generation's marker
+	// (DESIGN S4: "tasks of the agent's current instance") — so a process
+	// of the same kind elsewhere is never blamed. A failed lookup fails
+	// open: the task does not count.
+	Holder func(ctx context.Context, instanceID string) (*vigiltype.Process, error)
+	// Host is this host's name as instances report it (os.Hostname when empty).
+	Host string
 }
 
 func (c StallConfig) withDefaults() StallConfig {
@@ -66,7 +76,35 @@ func (c StallConfig) withDefaults() StallConfig {
 	if c.Window == 0 {
 		c.Window = StallKillWindowDefault
 	}
+	if c.Host == "" {
+		c.Host, _ = os.Hostname()
+	}
 	return c
+}
+
+// ours keeps the tasks held by agent i's current process on this host.
+func (s *Supervisor) ours(ctx context.Context, i int, tasks []*vigiltype.Task) []*vigiltype.Task {
+	if s.stall.Holder == nil {
+		return tasks
+	}
+	s.mu.Lock()
+	gen, leader := s.gens[i], s.status[i].PID
+	s.mu.Unlock()
+	var kept []*vigiltype.Task
+	for _, t := range tasks {
+		if t.LeaseOwner == nil {
+			continue
+		}
+		p, err := s.stall.Holder(ctx, *t.LeaseOwner)
+		if err != nil {
+			s.logger.Warn("stall check: cannot look up the task's holder; not counting it", "task_id", t.TaskID, "err", err)
+			continue
+		}
+		if p.Hostname == s.stall.Host && ownsProcess(p.PID, leader, gen) {
+			kept = append(kept, t)
+		}
+	}
+	return kept
 }
 
 // killBudget allows at most n kills in any window (a sliding log of the
@@ -140,7 +178,7 @@ func (s *Supervisor) checkStalls(ctx context.Context) {
 			s.logger.Warn("stall check: cannot read tasks; treating as not stalled", "agent", s.agents[i].Name, "err", err)
 			continue
 		}
-		if len(tasks) > 0 {
+		if tasks = s.ours(ctx, i, tasks); len(tasks) > 0 {
 			stalled[i] = tasks
 		}
 	}
@@ -209,13 +247,24 @@ func (s *Supervisor) stallKill(ctx context.Context, i int, tasks []*vigiltype.Ta
 	}
 	oldest := time.Since(*tasks[0].StartedAt).Round(time.Second)
 	log.Warn("stall kill: tasks running past stall_after", "tasks", ids, "oldest_running", oldest, "stall_after", s.stall.After)
-	select {
-	case s.kills[i] <- kill{reason: "stall kill"}:
-	default: // a kill is already on its way
+	gone := make(chan struct{})
+	if !s.requestKill(i, kill{reason: "stall kill", done: gone, immediate: true}) {
+		log.Info("stall kill: a kill is already on its way; taking the tasks back on a later check")
+		return
 	}
 	s.report(log, Event{Agent: a.Name, Kind: vigiltype.EventStallKill, Detail: map[string]any{
 		"task_ids": ids, "stall_after_s": s.stall.After.Seconds(), "oldest_running_s": oldest.Seconds(),
 	}})
+	// The tasks go back only once the process is gone: until then it may
+	// still be working on them.
+	wait := time.NewTimer(s.stopGrace + killReapTimeout + time.Second)
+	defer wait.Stop()
+	select {
+	case <-gone:
+	case <-wait.C: // it had exited by itself before the kill was taken up
+	case <-ctx.Done():
+		return
+	}
 	for _, t := range tasks {
 		reason := fmt.Sprintf("stall kill: running since %s, past stall_after %s; the supervisor killed agent %s",
 			t.StartedAt.Format(time.RFC3339), s.stall.After, a.Name)

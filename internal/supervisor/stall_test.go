@@ -5,7 +5,9 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -211,4 +213,38 @@ func TestSupervisorStallKillBudget(t *testing.T) {
 	require.Equal(t, 2, kills)
 	require.Equal(t, 1, deferred, "the third stall is recorded deferred, once")
 	require.Len(t, source.reclaims(), 2)
+}
+
+// Only tasks held by this supervisor's own current process count: a
+// process of the same kind on another host, or one this supervisor did not
+// launch, is never blamed (and never killed for).
+func TestSupervisorStallKillOnlyItsOwnProcess(t *testing.T) {
+	owner := func(id string) *vigiltype.Task {
+		task := stalledTask(map[string]int64{"mine": 7, "elsewhere": 8, "stranger": 9}[id])
+		task.LeaseOwner = &id
+		return task
+	}
+	source := &stallTasks{byKind: map[string][]*vigiltype.Task{"w": {owner("mine"), owner("elsewhere"), owner("stranger")}}}
+	var leader atomic.Int64
+	b := setup(t, Config{
+		Agents:  []Agent{{Name: "w", Command: []string{"sleep", "1000"}}},
+		Backoff: BackoffPolicy{Min: time.Hour, FastFailure: time.Hour, Max: time.Hour, Jitter: JitterOff},
+		Stall: &StallConfig{Source: source, After: time.Minute, Every: 10 * time.Millisecond, Host: "here",
+			Holder: func(_ context.Context, id string) (*vigiltype.Process, error) {
+				switch id {
+				case "mine":
+					return &vigiltype.Process{Hostname: "here", PID: int(leader.Load())}, nil
+				case "elsewhere":
+					return &vigiltype.Process{Hostname: "there", PID: int(leader.Load())}, nil
+				default:
+					return &vigiltype.Process{Hostname: "here", PID: os.Getpid()}, nil
+				}
+			}},
+	})
+	leader.Store(-1)
+	b.run(t)
+	leader.Store(int64(recv(t, b.sup.testSignals.started.ch, "start")))
+	require.Equal(t, 1, waitStallCheck(t, b, func(n int) bool { return n > 0 }))
+	b.stop(t)
+	require.Equal(t, []int64{7}, source.reclaims(), "only the task its own process held")
 }

@@ -178,6 +178,7 @@ type Supervisor struct {
 
 	mu     sync.Mutex
 	status []AgentStatus // same order as agents
+	gens   []string      // each agent's current generation marker ("VIGIL_GENERATION=…")
 
 	testSignals testSignals
 }
@@ -254,6 +255,7 @@ func New(cfg Config) (*Supervisor, error) {
 		events:     cfg.Events,
 		registered: cfg.Registered,
 		status:     status,
+		gens:       make([]string, len(agents)),
 		kills:      kills,
 
 		logDir:      cfg.LogDir,
@@ -416,6 +418,9 @@ func (s *Supervisor) runOnce(ctx context.Context, i, attempt int, log *slog.Logg
 	}
 	killed = kill{}
 	gen := EnvGeneration + "=" + s.genPrefix + a.Name + "." + strconv.Itoa(attempt)
+	s.mu.Lock()
+	s.gens[i] = gen
+	s.mu.Unlock()
 	cmd, pipes, err := s.start(a, gen)
 	if err != nil {
 		log.Error("agent launch failed", "command", a.Command, "dir", a.Dir, "err", err)
@@ -473,8 +478,15 @@ func (s *Supervisor) runOnce(ctx context.Context, i, attempt int, log *slog.Logg
 		// Killed on purpose: a stall kill (its own event says why), or an
 		// operator's stop or restart (an exit event, which their planned
 		// stop marks suppressed).
-		s.stopGeneration(log, pid, gen, waited)
+		if killed.immediate {
+			s.stopGenerationWithin(log, pid, gen, waited, 0)
+		} else {
+			s.stopGeneration(log, pid, gen, waited)
+		}
 		s.reaper.pass()
+		if killed.done != nil {
+			close(killed.done)
+		}
 		runTime = time.Since(started)
 		s.recordExit(i, killed.reason+": "+logExit(log, slog.LevelWarn, "agent killed: "+killed.reason, pid, cmd.ProcessState, runTime))
 		if killed.reportExit {
@@ -586,18 +598,27 @@ func (s *Supervisor) childEnv(a Agent) []string {
 // any process the generation still forks. It returns once the leader is
 // reaped and no process of the generation is running.
 func (s *Supervisor) stopGeneration(log *slog.Logger, pgid int, gen string, waited <-chan struct{}) {
-	if err := terminateGroup(pgid); err != nil {
-		log.Error("stop agent", "pgid", pgid, "err", err)
+	s.stopGenerationWithin(log, pgid, gen, waited, s.stopGrace)
+}
+
+// stopGenerationWithin is stopGeneration with its own grace; 0 sends
+// SIGKILL at once (a stalled agent gets no time to drain: it is wedged, and
+// its tasks are taken back once it is gone).
+func (s *Supervisor) stopGenerationWithin(log *slog.Logger, pgid int, gen string, waited <-chan struct{}, stopGrace time.Duration) {
+	if stopGrace > 0 {
+		if err := terminateGroup(pgid); err != nil {
+			log.Error("stop agent", "pgid", pgid, "err", err)
+		}
+		if err := signalPIDs(s.generationPIDs(gen), syscall.SIGTERM); err != nil {
+			log.Error("stop agent's descendants", "pgid", pgid, "err", err)
+		}
+		grace := time.NewTimer(stopGrace)
+		defer grace.Stop()
+		if s.waitGenerationGone(pgid, gen, waited, grace.C, nil) {
+			return
+		}
+		log.Warn("agent did not stop within grace; sending SIGKILL", "pgid", pgid, "grace", stopGrace)
 	}
-	if err := signalPIDs(s.generationPIDs(gen), syscall.SIGTERM); err != nil {
-		log.Error("stop agent's descendants", "pgid", pgid, "err", err)
-	}
-	grace := time.NewTimer(s.stopGrace)
-	defer grace.Stop()
-	if s.waitGenerationGone(pgid, gen, waited, grace.C, nil) {
-		return
-	}
-	log.Warn("agent did not stop within grace; sending SIGKILL", "pgid", pgid, "grace", s.stopGrace)
 	kill := func() {
 		if err := killGroup(pgid); err != nil {
 			log.Error("kill agent", "pgid", pgid, "err", err)
