@@ -229,3 +229,15 @@ func TestVersion(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.True(t, strings.HasPrefix(out, "vigil version "), out)
 }
+
+func TestEventColumns(t *testing.T) {
+	t.Parallel()
+	code := 3
+	exit := vigiltype.ProcessEvent{Kind: vigiltype.EventExit, ExitCode: &code, RunDurationMS: 1500}
+	require.Equal(t, "code 3", eventOutcome(exit))
+	require.Equal(t, "2s", runTime(exit))
+	deferred := vigiltype.ProcessEvent{Kind: vigiltype.EventStallKill, Detail: json.RawMessage(`{"deferred":true}`)}
+	require.Equal(t, "deferred", eventOutcome(deferred))
+	require.Equal(t, "-", runTime(deferred), "only exits have a run time")
+	require.Equal(t, "killed", eventOutcome(vigiltype.ProcessEvent{Kind: vigiltype.EventExit, Signal: "killed"}))
+}

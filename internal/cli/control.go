@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vigil-fleet/vigil/vigilclient"
 	"github.com/vigil-fleet/vigil/vigiltype"
 )
 
@@ -26,15 +27,24 @@ func newStopCmd() *cobra.Command {
 		Long: `Stop an agent on purpose: a planned stop marker (DESIGN E2) is written with
 --reason, so its exit is recorded as suppressed rather than alerting, and the
 agent is marked stopped in the registry. Its supervisor stops the process
-and does not restart it until 'vigil start AGENT'.`,
+and does not restart it until 'vigil start AGENT'. Like every planned stop,
+the marker covers all of the agent's exits until --ttl passes (DESIGN E2):
+a crash right after a 'vigil start' within that time is recorded suppressed
+too.`,
 		Example: `  vigil stop research --reason "operator redeploy"`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if reason == "" {
 				return fmt.Errorf("--reason is required: say why the agent is stopped")
 			}
+			if err := checkTTL(ttl); err != nil {
+				return err
+			}
 			c, err := cf.client()
 			if err != nil {
+				return err
+			}
+			if _, err := registered(cmd, c, args[0]); err != nil {
 				return err
 			}
 			if _, err := c.PlannedStop(cmd.Context(), args[0], reason, ttl); err != nil {
@@ -72,6 +82,9 @@ couple of seconds.`,
 			if err != nil {
 				return err
 			}
+			if _, err := registered(cmd, c, args[0]); err != nil {
+				return err
+			}
 			a, err := c.MarkAgent(cmd.Context(), args[0], vigiltype.AgentActive)
 			if err != nil {
 				return err
@@ -91,6 +104,7 @@ func newRestartCmd() *cobra.Command {
 	var (
 		cf     clientFlags
 		reason string
+		ttl    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:     "restart AGENT",
@@ -99,18 +113,30 @@ func newRestartCmd() *cobra.Command {
 		Long: `Restart an agent on purpose: a planned stop marker (DESIGN E2) is written
 with --reason; the supervisor sees a marker newer than the running process,
 stops it (the exit recorded as suppressed) and starts it again at once,
-without backoff.`,
+without backoff. The marker covers every exit of the agent until --ttl
+passes (DESIGN E2), a crash of the new process within it included; keep
+--ttl short when that matters.`,
 		Example: `  vigil restart research --reason "config change"`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if reason == "" {
 				return fmt.Errorf("--reason is required: say why the agent is restarted")
 			}
+			if err := checkTTL(ttl); err != nil {
+				return err
+			}
 			c, err := cf.client()
 			if err != nil {
 				return err
 			}
-			m, err := c.PlannedStop(cmd.Context(), args[0], reason, 0)
+			a, err := registered(cmd, c, args[0])
+			if err != nil {
+				return err
+			}
+			if a.Status == vigiltype.AgentStopped {
+				return fmt.Errorf("agent %s is stopped: use vigil start %s", a.Name, a.Name)
+			}
+			m, err := c.PlannedStop(cmd.Context(), args[0], reason, ttl)
 			if err != nil {
 				return err
 			}
@@ -123,5 +149,24 @@ without backoff.`,
 	}
 	cf.register(cmd)
 	cmd.Flags().StringVar(&reason, "reason", "", "why the agent is restarted (required)")
+	cmd.Flags().DurationVar(&ttl, "ttl", 0, "how long the planned stop suppresses the agent's exits (default: the server's 120s)")
 	return cmd
+}
+
+// registered returns agent name's record; a missing one is exit code 3
+// with a short message.
+func registered(cmd *cobra.Command, c *vigilclient.Client, name string) (*vigiltype.Agent, error) {
+	a, err := c.GetAgent(cmd.Context(), name)
+	if errorsIsNotFound(err) {
+		return nil, &exitError{err: fmt.Errorf("no agent %q is registered", name), code: exitNotFound}
+	}
+	return a, err
+}
+
+// checkTTL validates a --ttl flag: 0 (the server's 120s) or 1s to 24h.
+func checkTTL(ttl time.Duration) error {
+	if ttl != 0 && (ttl < time.Second || ttl > 24*time.Hour) {
+		return fmt.Errorf("--ttl must be between 1s and 24h (or 0 for the server's 120s), got %s", ttl)
+	}
+	return nil
 }

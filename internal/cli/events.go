@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -58,7 +59,7 @@ With --json: {"events":[…],"next_cursor":…}.`,
 			for _, e := range page.Events {
 				rows = append(rows, []string{
 					strconv.FormatInt(e.EventID, 10), e.Agent, string(e.Kind), ago(&e.At, now), eventOutcome(e),
-					humanDuration(time.Duration(e.RunDurationMS) * time.Millisecond),
+					runTime(e),
 					orDash(e.DeliveryKind, func(s string) string { return s }), lastLine(e.StderrTail),
 				})
 			}
@@ -123,9 +124,16 @@ event.`,
 	return cmd
 }
 
-// eventOutcome renders how a process ended: "code 3", "SIGKILL", or "-".
+// eventOutcome renders how a process ended: "code 3", "SIGKILL", or "-";
+// "deferred" for a stall kill held back by the budget.
 func eventOutcome(e vigiltype.ProcessEvent) string {
+	var detail struct {
+		Deferred bool `json:"deferred"`
+	}
+	_ = json.Unmarshal(e.Detail, &detail)
 	switch {
+	case detail.Deferred:
+		return "deferred"
 	case e.Signal != "":
 		return e.Signal
 	case e.ExitCode != nil:
@@ -147,4 +155,12 @@ func lastLine(s string) string {
 		s = s[:57] + "..."
 	}
 	return s
+}
+
+// runTime is how long the process ran, for exits; "-" for other events.
+func runTime(e vigiltype.ProcessEvent) string {
+	if e.Kind != vigiltype.EventExit {
+		return "-"
+	}
+	return humanDuration(time.Duration(e.RunDurationMS) * time.Millisecond)
 }

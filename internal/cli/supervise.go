@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"time"
 
@@ -18,6 +19,7 @@ func newSuperviseCmd() *cobra.Command {
 		cf                  clientFlags
 		sf                  supervisorFlags
 		logLevel, logFormat string
+		serverWait          time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:     "supervise",
@@ -49,7 +51,7 @@ serve' (or more) and one 'vigil supervise' per host.`,
 				return err
 			}
 			ctx := cmd.Context()
-			if err := c.Health(ctx); err != nil {
+			if err := waitForServer(ctx, c, serverWait, logger); err != nil {
 				return fmt.Errorf("--server %s: %w", cf.server, err)
 			}
 			extraEnv := map[string]string{"VIGIL_URL": cf.server}
@@ -90,7 +92,32 @@ serve' (or more) and one 'vigil supervise' per host.`,
 	sf.register(cmd.Flags())
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	cmd.Flags().StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	cmd.Flags().DurationVar(&serverWait, "server-wait", time.Minute,
+		"keep trying a server that does not answer yet for this long before giving up (0: do not wait)")
 	return cmd
+}
+
+// serverRetry is how often waitForServer asks again.
+const serverRetry = time.Second
+
+// waitForServer returns once the server answers /healthz, or the last error
+// after wait (so a supervisor started with its server need not be ordered).
+func waitForServer(ctx context.Context, c *vigilclient.Client, wait time.Duration, logger *slog.Logger) error {
+	deadline := time.Now().Add(wait)
+	for {
+		err := c.Health(ctx)
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		logger.Warn("server not answering yet; retrying", "err", err, "retry_in", serverRetry)
+		t := time.NewTimer(serverRetry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // remoteServer is the supervisor's event sink and stall source over HTTP.

@@ -2,9 +2,13 @@ package cli
 
 import (
 	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,7 +64,7 @@ func TestSuperviseNeedsAServer(t *testing.T) {
 	dir := t.TempDir()
 	fleet := filepath.Join(dir, "fleet.yaml")
 	require.NoError(t, os.WriteFile(fleet, []byte("agents:\n  - name: a\n    command: [\"true\"]\n"), 0o644))
-	code, _, errOut := run(t, "supervise", "--server", "http://127.0.0.1:1", "--fleet", fleet, "--log-dir", dir)
+	code, _, errOut := run(t, "supervise", "--server", "http://127.0.0.1:1", "--fleet", fleet, "--log-dir", dir, "--server-wait", "0s")
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, errOut, "--server http://127.0.0.1:1")
 	code, _, errOut = run(t, "supervise", "--server", "http://127.0.0.1:1", "--fleet", fleet, "--stall-after", "0s")
@@ -109,4 +113,24 @@ func TestSupervisePicksUpRegisteredAgents(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, page.Events, "an agent for another host is not launched here")
 	require.NotContains(t, stderr.String(), `agent=elsewhere`)
+}
+
+// A supervisor started before its server waits for it (--server-wait).
+func TestWaitForServerRetries(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) < 3 {
+			http.Error(w, `{"error":{"code":"unavailable","message":"starting"}}`, http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte(`{"status":"ok"}`))
+	}))
+	defer srv.Close()
+	c, err := vigilclient.New([]string{srv.URL})
+	require.NoError(t, err)
+	quiet := slog.New(slog.DiscardHandler)
+	require.NoError(t, waitForServer(context.Background(), c, time.Minute, quiet))
+	require.EqualValues(t, 3, calls.Load())
+	calls.Store(0)
+	require.Error(t, waitForServer(context.Background(), c, 0, quiet), "no wait: the first failure is final")
 }

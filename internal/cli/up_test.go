@@ -172,6 +172,19 @@ func TestStopStartRestart(t *testing.T) {
 	code, _, errOut = run(t, "stop", "steady", "--server", url)
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, errOut, "--reason is required")
+	code, _, errOut = run(t, "stop", "nosuch", "--reason", "x", "--server", url)
+	require.Equal(t, exitNotFound, code)
+	require.Contains(t, errOut, `no agent "nosuch" is registered`)
+	code, _, errOut = run(t, "restart", "nosuch", "--reason", "x", "--server", url)
+	require.Equal(t, exitNotFound, code, errOut)
+	code, _, errOut = run(t, "stop", "steady", "--reason", "x", "--ttl", "100000h", "--server", url)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "--ttl must be between 1s and 24h")
+	code, _, errOut = run(t, "stop", "steady", "--reason", "again", "--server", url)
+	require.Equal(t, 0, code, errOut)
+	code, _, errOut = run(t, "restart", "steady", "--reason", "x", "--server", url)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "agent steady is stopped: use vigil start steady")
 }
 
 // An agent with startup_timeout that never registers an instance is

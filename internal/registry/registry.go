@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 	"unicode"
@@ -193,5 +194,40 @@ func checkConfig(raw json.RawMessage) error {
 	if raw == nil {
 		return nil
 	}
-	return vigiltype.CheckJSON("config", raw, ConfigMaxBytes)
+	if err := vigiltype.CheckJSON("config", raw, ConfigMaxBytes); err != nil {
+		return err
+	}
+	return checkLaunch(raw)
+}
+
+// checkLaunch validates the one part of a config vigil reads: an optional
+// "launch" block that lets a supervisor on that host start the agent
+// ({"launch": {"host", "command", "env", "dir"}}).
+func checkLaunch(raw json.RawMessage) error {
+	var c struct {
+		Launch json.RawMessage `json:"launch"`
+	}
+	if json.Unmarshal(raw, &c) != nil || c.Launch == nil || string(c.Launch) == "null" {
+		return nil // not an object, or no launch block: opaque
+	}
+	var l struct {
+		Host    *string           `json:"host"`
+		Command []string          `json:"command"`
+		Env     map[string]string `json:"env"`
+		Dir     string            `json:"dir"`
+	}
+	dec := json.NewDecoder(strings.NewReader(string(c.Launch)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&l); err != nil {
+		return vigiltype.Invalid("config.launch", "must be {\"host\": string, \"command\": [strings], \"env\": {string: string}, \"dir\": string}: "+err.Error())
+	}
+	switch {
+	case l.Host == nil || strings.TrimSpace(*l.Host) == "":
+		return vigiltype.Invalid("config.launch.host", "is required: the hostname whose supervisor launches the agent")
+	case len(l.Command) == 0 || l.Command[0] == "":
+		return vigiltype.Invalid("config.launch.command", "must be a non-empty argv list, e.g. [\"/usr/bin/agent\", \"--flag\"]")
+	case l.Dir != "" && !filepath.IsAbs(l.Dir):
+		return vigiltype.Invalid("config.launch.dir", "must be an absolute path")
+	}
+	return nil
 }
