@@ -117,13 +117,13 @@ func printLastLines(w io.Writer, f *os.File, path string, n int) (int64, error) 
 	if err != nil {
 		return 0, fmt.Errorf("read %s: %w", path, err)
 	}
-	offset := int64(len(data))
 	// A last line still being written is left to follow.
+	var offset int64
 	if i := bytes.LastIndexByte(data, '\n'); i >= 0 {
 		offset = int64(i + 1)
 		data = data[:i+1]
 	} else {
-		offset, data = 0, nil
+		data = nil
 	}
 	chunks := [][]byte{data}
 	have := bytes.Count(data, []byte{'\n'})
