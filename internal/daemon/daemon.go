@@ -19,9 +19,11 @@ import (
 	"github.com/vigil-fleet/vigil/internal/httpapi"
 	"github.com/vigil-fleet/vigil/internal/lease"
 	"github.com/vigil-fleet/vigil/internal/liveness"
+	"github.com/vigil-fleet/vigil/internal/metrics"
 	"github.com/vigil-fleet/vigil/internal/registry"
 	"github.com/vigil-fleet/vigil/internal/store"
 	"github.com/vigil-fleet/vigil/internal/sweeper"
+	"github.com/vigil-fleet/vigil/vigiltype"
 )
 
 // Defaults for Config; the CLI flags show the same values.
@@ -59,6 +61,7 @@ type Daemon struct {
 	Liveness *liveness.Service
 	Registry *registry.Service
 	Events   *events.Service
+	Metrics  *metrics.Metrics
 	Lease    *lease.Service
 	sweepers []*sweeper.Sweeper
 	listener net.Listener
@@ -111,6 +114,8 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	d.Liveness = liveness.New(st, cfg.Clock)
 	d.Registry = registry.New(st, cfg.Clock)
 	d.Events = events.New(st, cfg.Clock)
+	d.Metrics = metrics.New(st, cfg.Clock, cfg.Logger)
+	d.Events.Recorded = func(k vigiltype.EventKind) { d.Metrics.Events.WithLabelValues(string(k)).Inc() }
 	d.Lease, err = lease.New(lease.Config{
 		Store: st, Liveness: d.Liveness, Clock: cfg.Clock,
 		LeaseTimeout: cfg.LeaseTimeout, ExpiryPolicy: cfg.LeaseExpiry,
@@ -119,6 +124,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		st.Close()
 		return nil, err
 	}
+	d.Lease.Reclaimed = func(n int) { d.Metrics.LeasesReclaimed.Add(float64(n)) }
 	reclaimer, err := sweeper.New(sweeper.Config{
 		Name: "lease_reclaimer", Interval: cfg.SweepInterval, Pass: d.Lease.Reclaim,
 		Store: st, Clock: cfg.Clock, Logger: cfg.Logger,
@@ -137,7 +143,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	d.server = &http.Server{
 		Handler: httpapi.New(httpapi.Config{
 			Liveness: d.Liveness, Lease: d.Lease, Registry: d.Registry, Events: d.Events,
-			Store: st, Logger: cfg.Logger, Token: token,
+			Store: st, Logger: cfg.Logger, Token: token, Metrics: d.Metrics,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second, // a client trickling a body cannot hold a connection

@@ -47,6 +47,9 @@ const (
 type Service struct {
 	store store.Store
 	clock clock.Clock
+	// Recorded, when set, is told the kind of every event recorded (for
+	// metrics). Set it before use.
+	Recorded func(vigiltype.EventKind)
 }
 
 // New returns a Service over st; clk stamps events (clock.Real when nil).
@@ -102,6 +105,9 @@ func (s *Service) Record(ctx context.Context, p RecordParams) (*vigiltype.Proces
 	})
 	if err != nil {
 		return nil, fmt.Errorf("record %s event of agent %q: %w", p.Kind, p.Agent, err)
+	}
+	if s.Recorded != nil {
+		s.Recorded(p.Kind)
 	}
 	return e, nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/vigil-fleet/vigil/internal/events"
 	"github.com/vigil-fleet/vigil/internal/lease"
 	"github.com/vigil-fleet/vigil/internal/liveness"
+	"github.com/vigil-fleet/vigil/internal/metrics"
 	"github.com/vigil-fleet/vigil/internal/registry"
 	"github.com/vigil-fleet/vigil/internal/store"
 	"github.com/vigil-fleet/vigil/vigiltype"
@@ -37,7 +38,8 @@ type Config struct {
 	Lease    *lease.Service
 	Registry *registry.Service
 	Events   *events.Service
-	Store    store.Store // sweeper status reads
+	Store    store.Store      // sweeper status reads
+	Metrics  *metrics.Metrics // served at /metrics and fed by the handlers; optional
 	Logger   *slog.Logger
 	// Token, when set, is required as "Authorization: Bearer <Token>" on
 	// every endpoint but /healthz.
@@ -56,6 +58,9 @@ func New(cfg Config) http.Handler {
 	a := &api{Config: cfg}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", a.healthz)
+	if cfg.Metrics != nil {
+		mux.Handle("GET /metrics", cfg.Metrics.Handler())
+	}
 
 	mux.HandleFunc("POST /v1/processes", a.processRegister)
 	mux.HandleFunc("GET /v1/processes", a.processList)
@@ -92,6 +97,13 @@ func (a *api) middleware(next http.Handler) http.Handler {
 			if p := recover(); p != nil {
 				a.Logger.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", p)
 				writeError(rec, http.StatusInternalServerError, "internal", "internal error")
+			}
+			if a.Metrics != nil {
+				route := r.Pattern // set by the mux on this request
+				if route == "" {
+					route = "unmatched"
+				}
+				a.Metrics.HTTP.WithLabelValues(r.Method, route, strconv.Itoa(rec.status)).Observe(time.Since(start).Seconds())
 			}
 			a.Logger.Debug("http", "method", r.Method, "path", r.URL.Path, "status", rec.status,
 				"duration_ms", float64(time.Since(start).Microseconds())/1000)
@@ -147,6 +159,9 @@ func (a *api) processHeartbeat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, err := a.Liveness.Heartbeat(r.Context(), r.PathValue("id"), token)
+	if err == nil && a.Metrics != nil {
+		a.Metrics.Heartbeats.WithLabelValues("liveness", "1").Inc()
+	}
 	a.respond(w, r, p, err)
 }
 
@@ -286,6 +301,9 @@ func (a *api) taskClaim(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
+	if a.Metrics != nil {
+		a.Metrics.LeasesClaimed.Inc()
+	}
 	writeJSON(w, http.StatusOK, t)
 }
 
@@ -339,6 +357,9 @@ func (a *api) taskLeaseOp(w http.ResponseWriter, r *http.Request) {
 	switch op {
 	case "heartbeat":
 		t, err = a.Lease.Heartbeat(r.Context(), l, lease.Beat{SchemaVersion: p.SchemaVersion, ActivityAt: p.ActivityAt})
+		if err == nil && a.Metrics != nil {
+			a.Metrics.Heartbeats.WithLabelValues("lease", strconv.Itoa(t.HeartbeatSchemaVersion)).Inc()
+		}
 	case "complete":
 		t, err = a.Lease.Complete(r.Context(), l, p.Result)
 	case "fail":

@@ -100,6 +100,9 @@ type Service struct {
 	liveness *liveness.Service
 	clock    clock.Clock
 	cfg      Config
+	// Reclaimed, when set, is told how many leases each reclaim took back
+	// (for metrics). Set it before use.
+	Reclaimed func(n int)
 }
 
 // New fills defaults and returns a Service.
@@ -416,6 +419,9 @@ func (s *Service) ReclaimStalled(ctx context.Context, taskID, epoch int64, reaso
 	if err != nil {
 		return nil, fmt.Errorf("reclaim stalled task %d: %w", taskID, err)
 	}
+	if s.Reclaimed != nil {
+		s.Reclaimed(1)
+	}
 	return t, nil
 }
 
@@ -495,6 +501,9 @@ func (s *Service) Reclaim(ctx context.Context) (int, error) {
 	for {
 		tasks, err := s.store.TaskReclaim(ctx, store.TaskReclaimParams{Now: s.clock.Now(), Limit: ReclaimBatch})
 		total += len(tasks)
+		if s.Reclaimed != nil && len(tasks) > 0 {
+			s.Reclaimed(len(tasks))
+		}
 		if err != nil {
 			return total, fmt.Errorf("reclaim leases: %w", err)
 		}

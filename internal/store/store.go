@@ -46,6 +46,10 @@ type Store interface {
 	// ProcessList returns up to Limit instances newest first (started_at
 	// desc, instance_id desc), strictly after the cursor when one is given.
 	ProcessList(ctx context.Context, p ProcessListParams) ([]*vigiltype.Process, error)
+	// ProcessCounts returns how many instances of each kind are alive and
+	// stopped at now (for /metrics), ordered by kind then status; kinds
+	// with no instances are absent.
+	ProcessCounts(ctx context.Context, now time.Time) ([]ProcessCount, error)
 	// ProcessPrune deletes stopped instances whose last heartbeat is before
 	// Before and that hold no running task; it returns how many it deleted.
 	ProcessPrune(ctx context.Context, p ProcessPruneParams) (int64, error)
@@ -355,4 +359,11 @@ type TaskReclaimStalledParams struct {
 	Epoch  int64
 	Reason string
 	Now    time.Time
+}
+
+// ProcessCount is the number of instances of one kind in one status.
+type ProcessCount struct {
+	Kind   string
+	Status vigiltype.ProcessStatus
+	Count  int64
 }

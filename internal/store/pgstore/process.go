@@ -256,3 +256,31 @@ func (s *Store) ProcessPrune(ctx context.Context, p store.ProcessPruneParams) (i
 	}
 	return tag.RowsAffected(), nil
 }
+
+// ProcessCounts implements store.Store.
+func (s *Store) ProcessCounts(ctx context.Context, now time.Time) ([]store.ProcessCount, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT process_kind, CASE WHEN `+aliveSQL+` THEN 'alive' ELSE 'stopped' END AS status, count(*)
+		FROM processes
+		GROUP BY 1, 2
+		ORDER BY 1, 2`,
+		pgx.StrictNamedArgs{"now": utcMS(now)})
+	if err != nil {
+		return nil, fmt.Errorf("count processes: %w", interpretError(err))
+	}
+	defer rows.Close()
+	var out []store.ProcessCount
+	for rows.Next() {
+		var c store.ProcessCount
+		var status string
+		if err := rows.Scan(&c.Kind, &status, &c.Count); err != nil {
+			return nil, fmt.Errorf("count processes: %w", err)
+		}
+		c.Status = vigiltype.ProcessStatus(status)
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count processes: %w", interpretError(err))
+	}
+	return out, nil
+}

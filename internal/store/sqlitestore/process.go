@@ -279,3 +279,28 @@ func (s *Store) ProcessPrune(ctx context.Context, p store.ProcessPruneParams) (i
 	}
 	return n, nil
 }
+
+// ProcessCounts implements store.Store.
+func (s *Store) ProcessCounts(ctx context.Context, now time.Time) ([]store.ProcessCount, error) {
+	rows, err := s.reader.QueryContext(ctx, `
+		SELECT process_kind, CASE WHEN `+aliveSQL+` THEN 'alive' ELSE 'stopped' END AS status, count(*)
+		FROM processes
+		GROUP BY process_kind, status
+		ORDER BY process_kind, status`,
+		sql.Named("now", timeString(now)))
+	if err != nil {
+		return nil, fmt.Errorf("count processes: %w", err)
+	}
+	defer rows.Close()
+	var out []store.ProcessCount
+	for rows.Next() {
+		var c store.ProcessCount
+		var status string
+		if err := rows.Scan(&c.Kind, &status, &c.Count); err != nil {
+			return nil, fmt.Errorf("count processes: %w", err)
+		}
+		c.Status = vigiltype.ProcessStatus(status)
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}

@@ -270,6 +270,28 @@ func exerciseProcess(ctx context.Context, t *testing.T, newStore func(t *testing
 		require.Equal(t, want, got)
 	})
 
+	t.Run("Counts", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+		none, err := b.s.ProcessCounts(ctx, t0)
+		require.NoError(t, err)
+		require.Empty(t, none)
+
+		b.register(t, store.ProcessRegisterParams{ProcessKind: "critic"})
+		b.register(t, store.ProcessRegisterParams{ProcessKind: "critic"})
+		b.register(t, store.ProcessRegisterParams{InstanceID: "gone", ProcessKind: "critic"})
+		b.exit(t, "gone", t0)
+		b.register(t, store.ProcessRegisterParams{ProcessKind: "worker", LivenessIntervalS: 1})
+		// 3 s later: the worker (1 s interval) is past its alive window.
+		counts, err := b.s.ProcessCounts(ctx, at(3*time.Second+time.Millisecond))
+		require.NoError(t, err)
+		require.Equal(t, []store.ProcessCount{
+			{Kind: "critic", Status: vigiltype.ProcessAlive, Count: 2},
+			{Kind: "critic", Status: vigiltype.ProcessStopped, Count: 1},
+			{Kind: "worker", Status: vigiltype.ProcessStopped, Count: 1},
+		}, counts)
+	})
+
 	t.Run("Prune", func(t *testing.T) {
 		t.Parallel()
 		b := setup(ctx, t, newStore)
