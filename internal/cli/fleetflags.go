@@ -87,6 +87,9 @@ func (sf *supervisorFlags) load(cmd *cobra.Command, defaultLogs string) (*superv
 		}
 		sf.logDir = defaultLogs
 	}
+	if err := os.MkdirAll(sf.logDir, 0o755); err != nil {
+		return nil, fmt.Errorf("--log-dir %s: %w", sf.logDir, err)
+	}
 	fleet, err := supervisor.LoadFleet(sf.fleetPath)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {

@@ -92,7 +92,7 @@ func TestStalledWorkerIsKilledAndItsTaskTakenBack(t *testing.T) {
 func TestPendingApprovalSuppressesStallKills(t *testing.T) {
 	t.Parallel()
 	url, up := startUp(t, "waiting", "--stall-after", "1s", "--stall-check", "100ms",
-		"--pending-approval-cmd", "true")
+		"--pending-approval-cmd", "true", "--log-level", "debug") // later checks say it at debug
 	queued := enqueue(t, url, `{"seconds":600}`)
 	waitRunning(t, url, queued.TaskID)
 	eventually(t, 60*time.Second, "five stall checks held back by the pending approval", func() bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"time"
@@ -194,10 +195,18 @@ func (s *Supervisor) checkStalls(ctx context.Context) {
 			return
 		}
 		if pending {
-			s.logger.Info("stall check: an approval is pending; killing nothing", "stalled_agents", len(stalled))
+			// Said once per pending spell at Info, then at Debug: the check
+			// runs every --stall-check.
+			level := slog.LevelDebug
+			if !s.approvalPending {
+				level = slog.LevelInfo
+			}
+			s.approvalPending = true
+			s.logger.Log(ctx, level, "stall check: an approval is pending; killing nothing", "stalled_agents", len(stalled))
 			s.testSignals.stallChecked.signal(0)
 			return
 		}
+		s.approvalPending = false
 	}
 	killed := 0
 	for i := range s.agents {

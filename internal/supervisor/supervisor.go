@@ -153,9 +153,11 @@ type Supervisor struct {
 	stall      StallConfig // Source nil: no stall detection
 	// stallBudget and stallDeferred belong to the stall loop's goroutine.
 	stallBudget   *killBudget
-	stallDeferred map[int]bool  // agents whose current stall was recorded deferred
-	kills         []chan kill   // per agent: kill the current process now
-	desired       *desiredState // nil without Config.Desired
+	stallDeferred map[int]bool // agents whose current stall was recorded deferred
+	// approvalPending: the last stall check found an approval pending.
+	approvalPending bool
+	kills           []chan kill   // per agent: kill the current process now
+	desired         *desiredState // nil without Config.Desired
 
 	logDir      string
 	logMaxBytes int64
