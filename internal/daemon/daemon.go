@@ -21,6 +21,7 @@ import (
 	"github.com/vigil-fleet/vigil/internal/liveness"
 	"github.com/vigil-fleet/vigil/internal/metrics"
 	"github.com/vigil-fleet/vigil/internal/registry"
+	"github.com/vigil-fleet/vigil/internal/snapshot"
 	"github.com/vigil-fleet/vigil/internal/store"
 	"github.com/vigil-fleet/vigil/internal/sweeper"
 	"github.com/vigil-fleet/vigil/vigiltype"
@@ -63,6 +64,7 @@ type Daemon struct {
 	Events   *events.Service
 	Metrics  *metrics.Metrics
 	Lease    *lease.Service
+	Snapshot *snapshot.Service
 	sweepers []*sweeper.Sweeper
 	listener net.Listener
 	server   *http.Server
@@ -134,6 +136,14 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d.sweepers = append(d.sweepers, reclaimer)
+	d.Snapshot, err = snapshot.New(snapshot.Config{
+		Registry: d.Registry, Liveness: d.Liveness,
+		Tasks: snapshot.LeaseTasks(d.Lease), Events: snapshot.EventLog(d.Events), Clock: cfg.Clock,
+	})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 
 	d.listener, err = net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -143,7 +153,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	d.server = &http.Server{
 		Handler: httpapi.New(httpapi.Config{
 			Liveness: d.Liveness, Lease: d.Lease, Registry: d.Registry, Events: d.Events,
-			Store: st, Logger: cfg.Logger, Token: token, Metrics: d.Metrics,
+			Snapshot: d.Snapshot, Store: st, Logger: cfg.Logger, Token: token, Metrics: d.Metrics,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second, // a client trickling a body cannot hold a connection

@@ -21,6 +21,7 @@ import (
 	"github.com/vigil-fleet/vigil/internal/liveness"
 	"github.com/vigil-fleet/vigil/internal/metrics"
 	"github.com/vigil-fleet/vigil/internal/registry"
+	"github.com/vigil-fleet/vigil/internal/snapshot"
 	"github.com/vigil-fleet/vigil/internal/store"
 	"github.com/vigil-fleet/vigil/vigiltype"
 )
@@ -38,6 +39,7 @@ type Config struct {
 	Lease    *lease.Service
 	Registry *registry.Service
 	Events   *events.Service
+	Snapshot *snapshot.Service
 	Store    store.Store      // sweeper status reads
 	Metrics  *metrics.Metrics // served at /metrics and fed by the handlers; optional
 	Logger   *slog.Logger
@@ -81,6 +83,7 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /v1/sweepers", a.sweepers)
 	mux.HandleFunc("GET /v1/heartbeat-versions", a.heartbeatVersions)
 	a.routeRegistry(mux)
+	a.routeSnapshot(mux)
 	// Literal segments that GET /v1/…/{id} would otherwise take for an id.
 	mux.HandleFunc("GET /v1/tasks/claim", onlyPost)
 	mux.HandleFunc("GET /v1/processes/prune", onlyPost)
