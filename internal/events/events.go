@@ -127,10 +127,7 @@ func (s *Service) List(ctx context.Context, p ListParams) ([]*vigiltype.ProcessE
 			return nil, 0, err
 		}
 	}
-	if p.BeforeID < 0 {
-		return nil, 0, vigiltype.Invalid("cursor", "is not a cursor returned by this API")
-	}
-	limit, err := liveness.CheckLimit(p.Limit)
+	limit, err := liveness.CheckIDPage(p.BeforeID, p.Limit)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -140,11 +137,7 @@ func (s *Service) List(ctx context.Context, p ListParams) ([]*vigiltype.ProcessE
 	if err != nil {
 		return nil, 0, fmt.Errorf("list events: %w", err)
 	}
-	var next int64
-	if len(list) > limit {
-		list = list[:limit]
-		next = list[limit-1].EventID
-	}
+	list, next := liveness.TrimPage(list, limit, func(e *vigiltype.ProcessEvent) int64 { return e.EventID })
 	return list, next, nil
 }
 

@@ -232,10 +232,7 @@ func (s *Service) List(ctx context.Context, p ListParams) ([]*vigiltype.Task, in
 			return nil, 0, err
 		}
 	}
-	if p.BeforeID < 0 {
-		return nil, 0, vigiltype.Invalid("cursor", "is not a cursor returned by this API")
-	}
-	limit, err := liveness.CheckLimit(p.Limit)
+	limit, err := liveness.CheckIDPage(p.BeforeID, p.Limit)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -244,11 +241,7 @@ func (s *Service) List(ctx context.Context, p ListParams) ([]*vigiltype.Task, in
 	if err != nil {
 		return nil, 0, fmt.Errorf("list tasks: %w", err)
 	}
-	var next int64
-	if len(tasks) > limit {
-		tasks = tasks[:limit]
-		next = tasks[limit-1].TaskID
-	}
+	tasks, next := liveness.TrimPage(tasks, limit, func(t *vigiltype.Task) int64 { return t.TaskID })
 	return tasks, next, nil
 }
 

@@ -251,6 +251,26 @@ func (s *Service) List(ctx context.Context, p ListParams) ([]*vigiltype.Process,
 	return procs, next, nil
 }
 
+// CheckIDPage validates a page of a listing paged by id (newest first): the
+// cursor (an id, 0 for the first page) and the limit, which it returns
+// with the default applied.
+func CheckIDPage(beforeID int64, limit int) (int, error) {
+	if beforeID < 0 {
+		return 0, vigiltype.Invalid("cursor", "is not a cursor returned by this API")
+	}
+	return CheckLimit(limit)
+}
+
+// TrimPage cuts rows read with limit+1 to limit and returns the next id
+// cursor: the last row's id when there were more, else 0.
+func TrimPage[T any](rows []T, limit int, id func(T) int64) ([]T, int64) {
+	if len(rows) <= limit {
+		return rows, 0
+	}
+	rows = rows[:limit]
+	return rows, id(rows[limit-1])
+}
+
 // CheckLimit applies the default page size to 0 (no limit given) and
 // validates the bound.
 func CheckLimit(limit int) (int, error) {
