@@ -19,6 +19,7 @@ import (
 	"github.com/vigil-fleet/vigil/internal/httpapi"
 	"github.com/vigil-fleet/vigil/internal/lease"
 	"github.com/vigil-fleet/vigil/internal/liveness"
+	"github.com/vigil-fleet/vigil/internal/mcpserver"
 	"github.com/vigil-fleet/vigil/internal/metrics"
 	"github.com/vigil-fleet/vigil/internal/registry"
 	"github.com/vigil-fleet/vigil/internal/snapshot"
@@ -154,6 +155,9 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		Handler: httpapi.New(httpapi.Config{
 			Liveness: d.Liveness, Lease: d.Lease, Registry: d.Registry, Events: d.Events,
 			Snapshot: d.Snapshot, Store: st, Logger: cfg.Logger, Token: token, Metrics: d.Metrics,
+			MCP: mcpserver.Handler(mcpserver.New(mcpserver.Deps{
+				Liveness: d.Liveness, Events: d.Events, Snapshot: d.Snapshot, Sweepers: st,
+			})),
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second, // a client trickling a body cannot hold a connection

@@ -43,6 +43,8 @@ type Config struct {
 	Store    store.Store      // sweeper status reads
 	Metrics  *metrics.Metrics // served at /metrics and fed by the handlers; optional
 	Logger   *slog.Logger
+	// MCP, when set, is served at /mcp (the MCP streamable HTTP transport).
+	MCP http.Handler
 	// Token, when set, is required as "Authorization: Bearer <Token>" on
 	// every endpoint but /healthz.
 	Token string
@@ -84,6 +86,9 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /v1/heartbeat-versions", a.heartbeatVersions)
 	a.routeRegistry(mux)
 	a.routeSnapshot(mux)
+	if cfg.MCP != nil {
+		mux.Handle("/mcp", cfg.MCP)
+	}
 	// Literal segments that GET /v1/…/{id} would otherwise take for an id.
 	mux.HandleFunc("GET /v1/tasks/claim", onlyPost)
 	mux.HandleFunc("GET /v1/processes/prune", onlyPost)
