@@ -56,13 +56,19 @@ func New(cfg Config) (*Sweeper, error) {
 	return &Sweeper{cfg: cfg}, nil
 }
 
-// Start launches the loop: one pass at once, then one every Interval, until
+// Start records the sweeper (not run yet) so that it is listed at once,
+// then launches the loop: one pass at once, then one every Interval, until
 // ctx ends or Stop is called. Starting a started sweeper does nothing.
 func (s *Sweeper) Start(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cancel != nil {
 		return
+	}
+	if err := s.cfg.Store.SweeperRecord(ctx, &vigiltype.Sweeper{
+		Name: s.cfg.Name, Kind: vigiltype.SweeperKind, IntervalS: s.cfg.Interval.Seconds(),
+	}); err != nil {
+		s.cfg.Logger.Error("record sweeper status", "sweeper", s.cfg.Name, "err", err)
 	}
 	ctx, s.cancel = context.WithCancel(ctx)
 	s.done = make(chan struct{})

@@ -61,16 +61,22 @@ func TestStartStop(t *testing.T) {
 	st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "v.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() })
-	passes := make(chan struct{}, 10)
+	passes, release := make(chan struct{}, 10), make(chan struct{})
 	s, err := sweeper.New(sweeper.Config{
 		Name: "x", Interval: time.Hour, Store: st,
-		Pass: func(context.Context) (int, error) { passes <- struct{}{}; return 0, nil },
+		Pass: func(context.Context) (int, error) { passes <- struct{}{}; <-release; return 0, nil },
 	})
 	require.NoError(t, err)
 	s.Stop() // never started: no-op
 	s.Start(ctx)
+	<-passes // the first pass runs at once, and is held there
+	list, err := st.SweeperList(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 1, "listed as soon as it starts, before any pass ended")
+	require.Equal(t, "x", list[0].Name)
+	require.Nil(t, list[0].LastRunAt, "not run yet")
 	s.Start(ctx) // already started: no second loop
-	<-passes     // the first pass runs at once
+	close(release)
 	s.Stop()
 	s.Stop()
 	require.Empty(t, passes, "a second loop ran a pass")
