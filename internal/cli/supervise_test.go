@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,17 +29,9 @@ func TestSuperviseReportsToARemoteServer(t *testing.T) {
     command: ["sh", "-c", "echo \"url=$VIGIL_URL\" >&2; exit 5"]
 `), 0o644))
 
-	var stdout, stderr lockedBuffer
-	root := NewRoot(strings.NewReader(""), &stdout, &stderr)
-	root.SetArgs([]string{"supervise", "--server", srv.URL, "--fleet", fleet, "--log-dir", filepath.Join(dir, "logs"),
-		"--backoff-min", "1h", "--backoff-max", "1h"})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- root.ExecuteContext(ctx) }()
-	defer func() {
-		cancel()
-		require.NoError(t, <-done)
-	}()
+	runCommand(t, "supervise", "--server", srv.URL, "--fleet", fleet, "--log-dir", filepath.Join(dir, "logs"),
+		"--backoff-min", "1h", "--backoff-max", "1h")
+	ctx := context.Background()
 
 	c, err := vigilclient.New([]string{srv.URL})
 	require.NoError(t, err)
@@ -80,17 +71,9 @@ func TestSupervisePicksUpRegisteredAgents(t *testing.T) {
 	fleet := filepath.Join(dir, "fleet.yaml")
 	require.NoError(t, os.WriteFile(fleet, []byte("agents:\n  - name: base\n    command: [\"sleep\", \"1000\"]\n"), 0o644))
 
-	var stdout, stderr lockedBuffer
-	root := NewRoot(strings.NewReader(""), &stdout, &stderr)
-	root.SetArgs([]string{"supervise", "--server", srv.URL, "--fleet", fleet, "--log-dir", filepath.Join(dir, "logs"),
-		"--control-poll", "20ms", "--backoff-min", "1h", "--backoff-max", "1h"})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- root.ExecuteContext(ctx) }()
-	defer func() {
-		cancel()
-		require.NoError(t, <-done)
-	}()
+	stderr := runCommand(t, "supervise", "--server", srv.URL, "--fleet", fleet, "--log-dir", filepath.Join(dir, "logs"),
+		"--control-poll", "20ms", "--backoff-min", "1h", "--backoff-max", "1h")
+	ctx := context.Background()
 
 	c, err := vigilclient.New([]string{srv.URL})
 	require.NoError(t, err)

@@ -46,27 +46,11 @@ func TestUpRegistersAgentsAndRecordsExits(t *testing.T) {
     command: ["sh", "-c", "echo 'giving up' >&2; exit 4"]
 `), 0o644))
 
-	var stdout, stderr lockedBuffer
-	root := NewRoot(strings.NewReader(""), &stdout, &stderr)
-	root.SetArgs([]string{"up", "--fleet", fleet, "--db", filepath.Join(dir, "v.db"), "--addr", "127.0.0.1:0",
-		"--backoff-min", "1h", "--backoff-max", "1h"})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- root.ExecuteContext(ctx) }()
-	defer func() {
-		cancel()
-		require.NoError(t, <-done)
-	}()
+	stderr := runCommand(t, "up", "--fleet", fleet, "--db", filepath.Join(dir, "v.db"), "--addr", "127.0.0.1:0",
+		"--backoff-min", "1h", "--backoff-max", "1h")
+	ctx := context.Background()
 
-	var url string
-	re := regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+)`)
-	require.Eventually(t, func() bool {
-		m := re.FindStringSubmatch(stderr.String())
-		if m != nil {
-			url = m[1]
-		}
-		return m != nil
-	}, 15*time.Second, 10*time.Millisecond, "server URL in the log")
+	url := serverURL(t, stderr)
 	c, err := vigilclient.New([]string{url})
 	require.NoError(t, err)
 
@@ -114,26 +98,10 @@ func TestStopStartRestart(t *testing.T) {
 	fleet := filepath.Join(dir, "fleet.yaml")
 	require.NoError(t, os.WriteFile(fleet, []byte("agents:\n  - name: steady\n    command: [\"sleep\", \"1000\"]\n"), 0o644))
 
-	var stdout, stderr lockedBuffer
-	root := NewRoot(strings.NewReader(""), &stdout, &stderr)
-	root.SetArgs([]string{"up", "--fleet", fleet, "--db", filepath.Join(dir, "v.db"), "--addr", "127.0.0.1:0",
-		"--control-poll", "20ms", "--backoff-min", "1h", "--backoff-max", "1h"})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- root.ExecuteContext(ctx) }()
-	defer func() {
-		cancel()
-		require.NoError(t, <-done)
-	}()
-	var url string
-	re := regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+)`)
-	require.Eventually(t, func() bool {
-		m := re.FindStringSubmatch(stderr.String())
-		if m != nil {
-			url = m[1]
-		}
-		return m != nil
-	}, 15*time.Second, 10*time.Millisecond)
+	stderr := runCommand(t, "up", "--fleet", fleet, "--db", filepath.Join(dir, "v.db"), "--addr", "127.0.0.1:0",
+		"--control-poll", "20ms", "--backoff-min", "1h", "--backoff-max", "1h")
+	ctx := context.Background()
+	url := serverURL(t, stderr)
 	starts := func() int { return strings.Count(stderr.String(), `msg="agent started" agent=steady`) }
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
@@ -193,17 +161,39 @@ func TestUpStartupTimeout(t *testing.T) {
 	dir := t.TempDir()
 	fleet := filepath.Join(dir, "fleet.yaml")
 	require.NoError(t, os.WriteFile(fleet, []byte("agents:\n  - name: mute\n    command: [\"sleep\", \"1000\"]\n    startup_timeout: 200ms\n"), 0o644))
+	stderr := runCommand(t, "up", "--fleet", fleet, "--db", filepath.Join(dir, "v.db"), "--addr", "127.0.0.1:0",
+		"--backoff-min", "1h", "--backoff-max", "1h")
+	ctx := context.Background()
+	url := serverURL(t, stderr)
+	c, err := vigilclient.New([]string{url})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		page, err := c.ListEvents(ctx, vigilclient.ListEventsParams{Agent: "mute"})
+		require.NoError(t, err)
+		return len(page.Events) == 1 && page.Events[0].Kind == vigiltype.EventStartupTimeout
+	}, 15*time.Second, 20*time.Millisecond, "a startup_timeout event")
+}
+
+// runCommand runs the CLI with args in-process until the test ends (then it
+// is cancelled and must return nil) and returns its stderr.
+func runCommand(t *testing.T, args ...string) *lockedBuffer {
+	t.Helper()
 	var stdout, stderr lockedBuffer
 	root := NewRoot(strings.NewReader(""), &stdout, &stderr)
-	root.SetArgs([]string{"up", "--fleet", fleet, "--db", filepath.Join(dir, "v.db"), "--addr", "127.0.0.1:0",
-		"--backoff-min", "1h", "--backoff-max", "1h"})
+	root.SetArgs(args)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx) }()
-	defer func() {
+	t.Cleanup(func() {
 		cancel()
 		require.NoError(t, <-done)
-	}()
+	})
+	return &stderr
+}
+
+// serverURL waits for the server's URL in a command's log.
+func serverURL(t *testing.T, stderr *lockedBuffer) string {
+	t.Helper()
 	var url string
 	re := regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+)`)
 	require.Eventually(t, func() bool {
@@ -212,12 +202,6 @@ func TestUpStartupTimeout(t *testing.T) {
 			url = m[1]
 		}
 		return m != nil
-	}, 15*time.Second, 10*time.Millisecond)
-	c, err := vigilclient.New([]string{url})
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		page, err := c.ListEvents(ctx, vigilclient.ListEventsParams{Agent: "mute"})
-		require.NoError(t, err)
-		return len(page.Events) == 1 && page.Events[0].Kind == vigiltype.EventStartupTimeout
-	}, 15*time.Second, 20*time.Millisecond, "a startup_timeout event")
+	}, 15*time.Second, 10*time.Millisecond, "the server's URL in the log")
+	return url
 }
