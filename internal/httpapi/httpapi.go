@@ -385,17 +385,11 @@ func (a *api) taskLeaseOp(w http.ResponseWriter, r *http.Request) {
 // taskStalled lists a kind's tasks running longer than after_s (default
 // 1800, DESIGN S4), for a supervisor's stall check.
 func (a *api) taskStalled(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	after := lease.StallAfterDefault
-	if s := q.Get("after_s"); s != "" {
-		secs, err := strconv.ParseFloat(s, 64)
-		if err != nil || secs <= 0 || secs > 30*86400 || secs != secs {
-			a.fail(w, r, vigiltype.Invalid("after_s", "must be a number of seconds between 0 and 2592000"))
-			return
-		}
-		after = time.Duration(secs * float64(time.Second))
+	after, ok := a.querySeconds(w, r, "after_s", lease.StallAfterDefault, 30*86400)
+	if !ok {
+		return
 	}
-	tasks, err := a.Lease.Stalled(r.Context(), q.Get("kind"), after)
+	tasks, err := a.Lease.Stalled(r.Context(), r.URL.Query().Get("kind"), after)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -425,14 +419,9 @@ func (a *api) taskReclaimStalled(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) heartbeatVersions(w http.ResponseWriter, r *http.Request) {
-	window := lease.HeartbeatVersionsWindowDefault
-	if s := r.URL.Query().Get("window_s"); s != "" {
-		secs, err := strconv.ParseFloat(s, 64)
-		if err != nil || secs <= 0 || secs > 366*86400 || secs != secs {
-			a.fail(w, r, vigiltype.Invalid("window_s", "must be a number of seconds between 0 and 31622400"))
-			return
-		}
-		window = time.Duration(secs * float64(time.Second))
+	window, ok := a.querySeconds(w, r, "window_s", lease.HeartbeatVersionsWindowDefault, 366*86400)
+	if !ok {
+		return
 	}
 	list, err := a.Lease.HeartbeatVersions(r.Context(), window)
 	if err != nil {
@@ -510,6 +499,21 @@ func (a *api) taskID(w http.ResponseWriter, r *http.Request) (int64, bool) {
 		return 0, false
 	}
 	return id, true
+}
+
+// querySeconds reads an optional query parameter of seconds in (0, maxS],
+// def when absent.
+func (a *api) querySeconds(w http.ResponseWriter, r *http.Request, name string, def time.Duration, maxS float64) (time.Duration, bool) {
+	s := r.URL.Query().Get(name)
+	if s == "" {
+		return def, true
+	}
+	secs, err := strconv.ParseFloat(s, 64)
+	if err != nil || secs <= 0 || secs > maxS || secs != secs {
+		a.fail(w, r, vigiltype.Invalid(name, fmt.Sprintf("must be a number of seconds between 0 and %d", int64(maxS))))
+		return 0, false
+	}
+	return time.Duration(secs * float64(time.Second)), true
 }
 
 func (a *api) queryInt(w http.ResponseWriter, r *http.Request, name string) (int, bool) {
