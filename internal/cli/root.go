@@ -93,7 +93,7 @@ Then ask it:                             vigil ps; vigil tasks ls; vigil sweeper
 		newPsCmd(), newStatusCmd(), newPruneCmd(), withSessionCmds(newTasksCmd()), newSweepersCmd(),
 		newHeartbeatCmd(), newTouchActivityCmd(), newRunCmd(), newWatchdogCmd(),
 		newAgentsCmd(), newEventsCmd(), newStopCmd(), newStartCmd(), newRestartCmd(),
-		newLogsCmd(), newSnapshotCmd(), newMCPCmd(),
+		newLogsCmd(), newSnapshotCmd(), newMCPCmd(), newBenchCmd(),
 	)
 	return root
 }
