@@ -34,6 +34,15 @@ type Store interface {
 	// ProcessHeartbeat sets last_heartbeat_at = Now for an instance whose
 	// token hash matches. ErrNotFound, ErrInvalidToken, ErrInstanceExited.
 	ProcessHeartbeat(ctx context.Context, p ProcessHeartbeatParams) (*vigiltype.Process, error)
+	// ProcessHeartbeatBatch records many liveness heartbeats in one
+	// transaction (group commit): each item is written and answered as
+	// ProcessHeartbeat would, result i answering item i. Items of one
+	// instance with its token share one write at their latest Now (last
+	// value wins) and the row as written. A refused item (ErrNotFound,
+	// ErrInvalidToken, ErrInstanceExited in its result) changes nothing and
+	// does not affect the others. The error is for the transaction as a
+	// whole: when it is not nil nothing was written.
+	ProcessHeartbeatBatch(ctx context.Context, items []ProcessHeartbeatParams) ([]ProcessHeartbeatResult, error)
 	// ProcessMarkExited records a clean exit (exited_at = Now) so the instance
 	// shows stopped at once; its current task fields are cleared. Marking an
 	// already exited instance again is not an error.
@@ -178,6 +187,14 @@ type ProcessHeartbeatParams struct {
 	InstanceID string
 	TokenHash  string
 	Now        time.Time
+}
+
+// ProcessHeartbeatResult answers one item of ProcessHeartbeatBatch: the
+// instance as written, or why the heartbeat was refused (wrapped as
+// ProcessHeartbeat wraps it).
+type ProcessHeartbeatResult struct {
+	Process *vigiltype.Process
+	Err     error
 }
 
 // ProcessMarkExitedParams records a clean exit.

@@ -32,6 +32,7 @@ import (
 // close it when that test ends (t.Cleanup); subtests call it in parallel.
 func Exercise(ctx context.Context, t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("Process", func(t *testing.T) { exerciseProcess(ctx, t, newStore) })
+	t.Run("HeartbeatBatch", func(t *testing.T) { exerciseHeartbeatBatch(ctx, t, newStore) })
 	t.Run("Task", func(t *testing.T) { exerciseTask(ctx, t, newStore) })
 	t.Run("HeartbeatVersion", func(t *testing.T) { exerciseHeartbeatVersion(ctx, t, newStore) })
 	t.Run("Sweeper", func(t *testing.T) { exerciseSweeper(ctx, t, newStore) })
