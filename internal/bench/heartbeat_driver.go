@@ -22,6 +22,7 @@ type hbStats struct {
 	Elapsed   time.Duration
 	Latencies []time.Duration // sorted
 	FirstErr  error
+	Unsent    int // open loop: scheduled requests never sent
 }
 
 // Rate is completed operations per second.
