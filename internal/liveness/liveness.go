@@ -58,8 +58,9 @@ const (
 // Service registers instances, records their heartbeats and reads their
 // computed status. Create it with New.
 type Service struct {
-	store store.Store
-	clock clock.Clock
+	store  store.Store
+	clock  clock.Clock
+	commit *groupCommit // nil unless EnableGroupCommit
 }
 
 // New returns a Service over st; clk decides "now" for every write and every
@@ -157,11 +158,17 @@ func (s *Service) Register(ctx context.Context, p RegisterParams) (*Registered, 
 }
 
 // Heartbeat records a liveness heartbeat at the server's now. Errors:
-// ErrNotFound, ErrInvalidToken, ErrInstanceExited.
+// ErrNotFound, ErrInvalidToken, ErrInstanceExited. With group commit
+// running it returns once the transaction holding the heartbeat committed.
 func (s *Service) Heartbeat(ctx context.Context, instanceID, token string) (*vigiltype.Process, error) {
-	return s.store.ProcessHeartbeat(ctx, store.ProcessHeartbeatParams{
-		InstanceID: instanceID, TokenHash: HashToken(token), Now: s.clock.Now(),
-	})
+	p := store.ProcessHeartbeatParams{InstanceID: instanceID, TokenHash: HashToken(token)}
+	if s.commit != nil {
+		if r, ok := s.commit.submit(ctx, p, s.clock.Now); ok {
+			return r.Process, r.Err
+		}
+	}
+	p.Now = s.clock.Now()
+	return s.store.ProcessHeartbeat(ctx, p)
 }
 
 // Exit records a clean exit: the instance shows stopped at once and the
