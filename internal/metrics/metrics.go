@@ -1,7 +1,8 @@
 // Package metrics exposes vigil's Prometheus metrics at /metrics: what the
 // server sees (heartbeats by schema version, claims, reclaims, process
-// events by kind, HTTP latency) and, read from the store at scrape time,
-// how many process instances of each kind are alive or stopped.
+// events by kind, HTTP latency), what an in-process supervisor does
+// (restarts and stall kills by agent) and, read from the store at scrape
+// time, how many process instances of each kind are alive or stopped.
 package metrics
 
 import (
@@ -38,6 +39,14 @@ type Metrics struct {
 	Events *prometheus.CounterVec
 	// HTTP observes request latency by method, route pattern and status code.
 	HTTP *prometheus.HistogramVec
+	// Restarts counts an in-process supervisor's relaunches of an agent
+	// after its process ended (exit, kill, failed launch), by agent; the
+	// first launch is not a restart. See Restarted.
+	Restarts *prometheus.CounterVec
+	// StallKills counts an in-process supervisor's stall kills (DESIGN S4),
+	// by agent; a stall deferred by the kill budget is not one. See
+	// StallKilled.
+	StallKills *prometheus.CounterVec
 }
 
 // New builds the collectors; the processes gauge reads st at scrape time
@@ -66,12 +75,33 @@ func New(st store.Store, clk clock.Clock, logger *slog.Logger) *Metrics {
 			Help:    "HTTP API request latency, by method, route pattern and status code.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"method", "route", "code"}),
+		// The agent label is bounded: agents are the fleet file's and the
+		// registry's names, not anything a client makes up per request.
+		Restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vigil_restarts_total",
+			Help: "Agent processes relaunched by the supervisor after an exit, kill or failed launch, by agent.",
+		}, []string{"agent"}),
+		StallKills: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vigil_stall_kills_total",
+			Help: "Agent processes killed by the supervisor for a task running past stall_after, by agent.",
+		}, []string{"agent"}),
 	}
-	m.registry.MustRegister(m.Heartbeats, m.LeasesClaimed, m.LeasesReclaimed, m.Events, m.HTTP,
+	m.registry.MustRegister(m.Heartbeats, m.LeasesClaimed, m.LeasesReclaimed, m.Events, m.HTTP, m.Restarts, m.StallKills,
 		&processCollector{store: st, clock: clk, logger: logger},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
+
+// Restarted counts one restart of agent: the signature of
+// supervisor.Config.Restarted.
+func (m *Metrics) Restarted(agent string) { m.Restarts.WithLabelValues(agent).Inc() }
+
+// StallKilled counts one stall kill of agent: the signature of
+// supervisor.Config.StallKilled.
+func (m *Metrics) StallKilled(agent string) { m.StallKills.WithLabelValues(agent).Inc() }
+
+// Gatherer is the registry, for tests and linting.
+func (m *Metrics) Gatherer() prometheus.Gatherer { return m.registry }
 
 // Handler serves the registry in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {

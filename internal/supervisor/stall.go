@@ -261,6 +261,7 @@ func (s *Supervisor) stallKill(ctx context.Context, i int, tasks []*vigiltype.Ta
 		log.Info("stall kill: a kill is already on its way; taking the tasks back on a later check")
 		return
 	}
+	s.stallKilled(a.Name)
 	s.report(log, Event{Agent: a.Name, Kind: vigiltype.EventStallKill, Detail: map[string]any{
 		"task_ids": ids, "stall_after_s": s.stall.After.Seconds(), "oldest_running_s": oldest.Seconds(),
 	}})

@@ -94,6 +94,11 @@ type Config struct {
 	// since a launch, for the agents with a StartupTimeout. Without it
 	// startup timeouts are not checked.
 	Registered func(ctx context.Context, agent string, since time.Time) (bool, error)
+	// Restarted and StallKilled, when set, are told (for metrics) of each
+	// relaunch of an agent after its process ended or failed to launch —
+	// never its first launch — and of each stall kill. They must not block.
+	Restarted   func(agent string)
+	StallKilled func(agent string)
 }
 
 // EventSink records the supervisor's process events.
@@ -150,7 +155,9 @@ type Supervisor struct {
 	events    EventSink
 	// registered is Config.Registered (startup timeouts).
 	registered func(ctx context.Context, agent string, since time.Time) (bool, error)
-	stall      StallConfig // Source nil: no stall detection
+	// restarted and stallKilled are Config's metrics hooks; never nil.
+	restarted, stallKilled func(agent string)
+	stall                  StallConfig // Source nil: no stall detection
 	// stallBudget and stallDeferred belong to the stall loop's goroutine.
 	stallBudget   *killBudget
 	stallDeferred map[int]bool // agents whose current stall was recorded deferred
@@ -269,6 +276,7 @@ func New(cfg Config) (*Supervisor, error) {
 		reapInterval: reapIntervalDefault,
 		seed:         rand.Uint64(),
 	}
+	sup.restarted, sup.stallKilled = orNop(cfg.Restarted), orNop(cfg.StallKilled)
 	if cfg.Stall != nil && cfg.Stall.Source != nil {
 		sup.stall = cfg.Stall.withDefaults()
 		sup.stallBudget = &killBudget{n: sup.stall.Budget, window: sup.stall.Window}
@@ -282,6 +290,14 @@ func New(cfg Config) (*Supervisor, error) {
 		sup.testSignals.orphanReaped.signal(reapedOrphan{pid: pid, ws: ws})
 	})
 	return sup, nil
+}
+
+// orNop is f, or a func that does nothing when f is nil.
+func orNop(f func(agent string)) func(agent string) {
+	if f == nil {
+		return func(string) {}
+	}
+	return f
 }
 
 // Run launches every agent and keeps each running until ctx is cancelled:
@@ -381,6 +397,7 @@ func (s *Supervisor) superviseAgent(ctx context.Context, i int) {
 		}
 		if attempt > 0 {
 			s.updateStatus(i, func(st *AgentStatus) { st.Restarts++ })
+			s.restarted(s.agents[i].Name)
 		}
 		runTime, launched, killed := s.runOnce(ctx, i, attempt, log)
 		if ctx.Err() != nil {
