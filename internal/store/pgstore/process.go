@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -177,11 +176,7 @@ func (s *Store) ProcessGet(ctx context.Context, instanceID string, now time.Time
 
 // ProcessLatest implements store.Store.
 func (s *Store) ProcessLatest(ctx context.Context, kind string, now time.Time) (*vigiltype.Process, error) {
-	proc, err := scanProcess(s.pool.QueryRow(ctx, `
-		SELECT `+processColumns+` FROM processes
-		WHERE process_kind = $1
-		ORDER BY started_at DESC, instance_id DESC
-		LIMIT 1`, kind), utcMS(now))
+	proc, err := scanProcess(s.pool.QueryRow(ctx, processLatestSQL, kind), utcMS(now))
 	err = interpretError(err)
 	if errors.Is(err, vigiltype.ErrNotFound) {
 		return nil, fmt.Errorf("process kind %q: %w", kind, vigiltype.ErrNotFound)
@@ -195,39 +190,11 @@ func (s *Store) ProcessLatest(ctx context.Context, kind string, now time.Time) (
 // ProcessList implements store.Store. Limit <= 0 means no limit.
 func (s *Store) ProcessList(ctx context.Context, p store.ProcessListParams) ([]*vigiltype.Process, error) {
 	now := utcMS(p.Now)
-	where := []string{"TRUE"}
-	args := pgx.StrictNamedArgs{"limit": sqlLimit(p.Limit)}
-	if p.Kind != "" {
-		where = append(where, "process_kind = @kind")
-		args["kind"] = p.Kind
+	query, args, err := processListQuery(p)
+	if err != nil {
+		return nil, err
 	}
-	if p.Host != "" {
-		where = append(where, "hostname = @host")
-		args["host"] = p.Host
-	}
-	switch p.Status {
-	case "":
-	case vigiltype.ProcessAlive:
-		where = append(where, aliveSQL)
-		args["now"] = now
-	case vigiltype.ProcessStopped:
-		where = append(where, "NOT "+aliveSQL)
-		args["now"] = now
-	default:
-		return nil, vigiltype.Invalid("status", "must be alive or stopped")
-	}
-	if p.After != nil {
-		where = append(where,
-			"(started_at < @after_started_at OR (started_at = @after_started_at AND instance_id < @after_instance_id))")
-		args["after_started_at"] = utcMS(p.After.StartedAt)
-		args["after_instance_id"] = p.After.InstanceID
-	}
-
-	rows, err := s.pool.Query(ctx, `
-		SELECT `+processColumns+` FROM processes
-		WHERE `+strings.Join(where, " AND ")+`
-		ORDER BY started_at DESC, instance_id DESC
-		LIMIT @limit`, args)
+	rows, err := s.pool.Query(ctx, query, args)
 	if err != nil {
 		return nil, fmt.Errorf("list processes: %w", interpretError(err))
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/vigil-fleet/vigil/internal/store"
@@ -191,11 +190,7 @@ func (s *Store) ProcessGet(ctx context.Context, instanceID string, now time.Time
 
 // ProcessLatest implements store.Store.
 func (s *Store) ProcessLatest(ctx context.Context, kind string, now time.Time) (*vigiltype.Process, error) {
-	proc, err := scanProcess(s.reader.QueryRowContext(ctx, `
-		SELECT `+processColumns+` FROM processes
-		WHERE process_kind = ?
-		ORDER BY started_at DESC, instance_id DESC
-		LIMIT 1`, kind), utcMS(now))
+	proc, err := scanProcess(s.reader.QueryRowContext(ctx, processLatestSQL, kind), utcMS(now))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("process kind %q: %w", kind, vigiltype.ErrNotFound)
 	}
@@ -208,38 +203,11 @@ func (s *Store) ProcessLatest(ctx context.Context, kind string, now time.Time) (
 // ProcessList implements store.Store. Limit <= 0 means no limit.
 func (s *Store) ProcessList(ctx context.Context, p store.ProcessListParams) ([]*vigiltype.Process, error) {
 	now := utcMS(p.Now)
-	where := []string{"TRUE"}
-	args := []any{sql.Named("now", timeString(now)), sql.Named("limit", sqlLimit(p.Limit))}
-	if p.Kind != "" {
-		where = append(where, "process_kind = @kind")
-		args = append(args, sql.Named("kind", p.Kind))
+	query, args, err := processListQuery(p)
+	if err != nil {
+		return nil, err
 	}
-	if p.Host != "" {
-		where = append(where, "hostname = @host")
-		args = append(args, sql.Named("host", p.Host))
-	}
-	switch p.Status {
-	case "":
-	case vigiltype.ProcessAlive:
-		where = append(where, aliveSQL)
-	case vigiltype.ProcessStopped:
-		where = append(where, "NOT "+aliveSQL)
-	default:
-		return nil, vigiltype.Invalid("status", "must be alive or stopped")
-	}
-	if p.After != nil {
-		where = append(where,
-			"(started_at < @after_started_at OR (started_at = @after_started_at AND instance_id < @after_instance_id))")
-		args = append(args,
-			sql.Named("after_started_at", timeString(p.After.StartedAt)),
-			sql.Named("after_instance_id", p.After.InstanceID))
-	}
-
-	rows, err := s.reader.QueryContext(ctx, `
-		SELECT `+processColumns+` FROM processes
-		WHERE `+strings.Join(where, " AND ")+`
-		ORDER BY started_at DESC, instance_id DESC
-		LIMIT @limit`, args...)
+	rows, err := s.reader.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list processes: %w", err)
 	}

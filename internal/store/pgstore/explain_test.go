@@ -1,0 +1,147 @@
+package pgstore
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vigil-fleet/vigil/internal/store"
+	"github.com/vigil-fleet/vigil/internal/store/pgstore/pgtest"
+	"github.com/vigil-fleet/vigil/vigiltype"
+)
+
+// TestReadPlansUseIndexes runs EXPLAIN on the queries of process_status and
+// list_processes (issue #6) over an analyzed history of 50,000 rows: no
+// plan may read the processes table with a Seq Scan or sort it, so their
+// cost does not grow with the history, and a cursor page must find its
+// start with an Index Cond on the row comparison (keyset pagination), not
+// filter every newer row. pgx keeps its statements prepared, so after a few
+// executions PostgreSQL may switch to a generic plan, made without the
+// parameters' values: both the custom and the generic plan are checked.
+func TestReadPlansUseIndexes(t *testing.T) {
+	t.Parallel()
+	s := openTestStore(t, pgtest.URL(t))
+	ctx := t.Context()
+	_, err := s.pool.Exec(ctx, `
+		INSERT INTO processes (instance_id, token_hash, process_kind, hostname, pid,
+			liveness_interval_s, started_at, last_heartbeat_at, alive_until, exited_at)
+		SELECT 'id-' || lpad(i::text, 6, '0'), 'x', 'kind-' || (i % 20), 'host-' || (i % 50), i, 30,
+			timestamptz '2026-01-01 00:00:00Z' - make_interval(secs => i),
+			timestamptz '2026-01-01 00:00:00Z', timestamptz '2026-01-01 00:01:30Z',
+			CASE WHEN i % 10 = 0 THEN NULL ELSE timestamptz '2026-01-01 00:00:00Z' END
+		FROM generate_series(1, 50000) AS i`)
+	require.NoError(t, err)
+	_, err = s.pool.Exec(ctx, `ANALYZE processes`)
+	require.NoError(t, err)
+
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cursor := &store.ProcessCursor{StartedAt: now.Add(-10 * time.Hour), InstanceID: "id-036000"}
+	lists := map[string]store.ProcessListParams{
+		"first page":        {Limit: 51, Now: now},
+		"kind":              {Kind: "kind-7", Limit: 51, Now: now},
+		"host":              {Host: "host-3", Limit: 51, Now: now},
+		"cursor":            {After: cursor, Limit: 51, Now: now},
+		"kind and cursor":   {Kind: "kind-7", After: cursor, Limit: 51, Now: now},
+		"host and cursor":   {Host: "host-3", After: cursor, Limit: 51, Now: now},
+		"status and cursor": {Status: vigiltype.ProcessStopped, After: cursor, Limit: 51, Now: now},
+	}
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		t.Run(mode, func(t *testing.T) {
+			plan := explainPlan(t, s, mode, processLatestSQL, []any{"kind-7"})
+			requireIndexed(t, "process_status", plan)
+			require.Contains(t, plan, "processes_kind_started_idx", "process_status")
+			for name, p := range lists {
+				query, named, err := processListQuery(p)
+				require.NoError(t, err)
+				sql, args := positional(query, named)
+				plan := explainPlan(t, s, mode, sql, args)
+				requireIndexed(t, "list_processes "+name, plan)
+				if p.After != nil {
+					require.Regexp(t, `Index Cond: .*ROW\(started_at, instance_id\) < ROW\(`, plan,
+						"list_processes %s: the cursor must be an index condition", name)
+				}
+			}
+		})
+	}
+}
+
+// explainPlan prepares query on one connection, sets plan_cache_mode to
+// mode and returns the text of EXPLAIN EXECUTE with args.
+func explainPlan(t *testing.T, s *Store, mode, query string, args []any) string {
+	t.Helper()
+	ctx := t.Context()
+	conn, err := s.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, "SET plan_cache_mode = "+mode)
+	require.NoError(t, err)
+	defer func() { _, _ = conn.Exec(ctx, "RESET plan_cache_mode; DEALLOCATE ALL") }()
+	_, err = conn.Exec(ctx, "PREPARE explained AS "+query)
+	require.NoError(t, err)
+	params := make([]string, len(args))
+	for i, a := range args {
+		params[i] = literal(a)
+	}
+	exec := "EXPLAIN EXECUTE explained"
+	if len(params) > 0 {
+		exec += "(" + strings.Join(params, ", ") + ")"
+	}
+	rows, err := conn.Query(ctx, exec, pgx.QueryExecModeSimpleProtocol)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return strings.Join(lines, "\n")
+}
+
+// positional rewrites the @name parameters of query to $1, $2, … and
+// returns the values in that order.
+func positional(query string, named pgx.StrictNamedArgs) (string, []any) {
+	index := map[string]int{}
+	var args []any
+	out := regexp.MustCompile(`@(\w+)`).ReplaceAllStringFunc(query, func(m string) string {
+		name := m[1:]
+		i, ok := index[name]
+		if !ok {
+			args = append(args, named[name])
+			i = len(args)
+			index[name] = i
+		}
+		return fmt.Sprintf("$%d", i)
+	})
+	return out, args
+}
+
+// literal is a as an SQL literal, for EXECUTE's arguments.
+func literal(a any) string {
+	switch v := a.(type) {
+	case string:
+		return "'" + strings.ReplaceAll(v, "'", "''") + "'"
+	case time.Time:
+		return "timestamptz '" + v.UTC().Format(time.RFC3339Nano) + "'"
+	case *int:
+		if v == nil {
+			return "NULL"
+		}
+		return fmt.Sprint(*v)
+	}
+	return fmt.Sprint(a)
+}
+
+// seqScan matches a plan node that reads processes without an index;
+// sorted one that sorts rows the index should have given in order.
+var (
+	seqScan = regexp.MustCompile(`Seq Scan on processes`)
+	sorted  = regexp.MustCompile(`(?m)^\s*(->\s*)?(Incremental )?Sort\b`)
+)
+
+func requireIndexed(t *testing.T, what, plan string) {
+	t.Helper()
+	t.Logf("%s:\n%s", what, plan)
+	require.NotRegexp(t, seqScan, plan, "%s scans the history table", what)
+	require.NotRegexp(t, sorted, plan, "%s sorts the history table", what)
+}
