@@ -30,9 +30,9 @@ Logs go to stderr; stdout carries only MCP messages.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-			// The daemon wires the services to the store; it is never
-			// started, so nothing listens and no sweeper runs here.
-			d, err := daemon.New(cmd.Context(), daemon.Config{DB: db, Addr: "127.0.0.1:0", Logger: logger})
+			// The daemon only wires the services to the store: it binds
+			// no port and is never started, so no sweeper runs here.
+			d, err := daemon.New(cmd.Context(), daemon.Config{DB: db, NoListen: true, Logger: logger})
 			if err != nil {
 				return err
 			}

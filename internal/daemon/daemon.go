@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vigil-fleet/vigil/internal/clock"
+	"github.com/vigil-fleet/vigil/internal/dashboard"
 	"github.com/vigil-fleet/vigil/internal/events"
 	"github.com/vigil-fleet/vigil/internal/httpapi"
 	"github.com/vigil-fleet/vigil/internal/lease"
@@ -53,6 +54,15 @@ type Config struct {
 	ShutdownGrace time.Duration      // in-flight requests' time to finish at stop (ShutdownGraceDefault)
 	Clock         clock.Clock        // the local clock; clock.Real when nil (followed to the database's on PostgreSQL)
 	Logger        *slog.Logger       // slog.Default() when nil
+	// GroupCommit tunes the group commit of liveness heartbeats (zero:
+	// liveness's defaults). NoGroupCommit turns it off: each heartbeat is
+	// then a transaction of its own (for measuring it; issue #6).
+	GroupCommit   liveness.GroupCommitConfig
+	NoGroupCommit bool
+	// NoListen wires the services to the store and nothing more: no port
+	// is bound and Start serves no HTTP (vigil mcp, which speaks on stdio).
+	// Addr is then not used; the daemon's Addr and URL are "".
+	NoListen bool
 }
 
 // Daemon is a running vigil server.
@@ -73,7 +83,8 @@ type Daemon struct {
 }
 
 // New validates cfg, opens the store (running migrations), wires the
-// services and binds the listener; nothing runs until Start.
+// services and binds the listener (unless cfg.NoListen); nothing runs until
+// Start.
 func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	cfg.DB = cmp.Or(cfg.DB, DBDefault)
 	cfg.Addr = cmp.Or(cfg.Addr, AddrDefault)
@@ -95,8 +106,10 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkExposure(cfg.Addr, token); err != nil {
-		return nil, err
+	if !cfg.NoListen {
+		if err := checkExposure(cfg.Addr, token); err != nil {
+			return nil, err
+		}
 	}
 
 	st, err := openStore(ctx, cfg.DB)
@@ -115,6 +128,12 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		cfg.Clock = d.synced
 	}
 	d.Liveness = liveness.New(st, cfg.Clock)
+	if !cfg.NoGroupCommit {
+		if err := d.Liveness.EnableGroupCommit(cfg.GroupCommit); err != nil {
+			st.Close()
+			return nil, err
+		}
+	}
 	d.Registry = registry.New(st, cfg.Clock)
 	d.Events = events.New(st, cfg.Clock)
 	d.Metrics = metrics.New(st, cfg.Clock, cfg.Logger)
@@ -146,6 +165,9 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 
+	if cfg.NoListen {
+		return d, nil
+	}
 	d.listener, err = net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		st.Close()
@@ -155,6 +177,10 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		Handler: httpapi.New(httpapi.Config{
 			Liveness: d.Liveness, Lease: d.Lease, Registry: d.Registry, Events: d.Events,
 			Snapshot: d.Snapshot, Store: st, Logger: cfg.Logger, Token: token, Metrics: d.Metrics,
+			Timeline: &dashboard.Service{
+				Registry: d.Registry, Liveness: d.Liveness, Events: d.Events, Now: cfg.Clock.Now,
+			},
+			Dashboard: dashboard.Handler(),
 			MCP: mcpserver.Handler(mcpserver.New(mcpserver.Deps{
 				Liveness: d.Liveness, Events: d.Events, Snapshot: d.Snapshot, Sweepers: st,
 			})),
@@ -168,19 +194,35 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	return d, nil
 }
 
-// Addr is the address the API listens on (with the real port when 0 was asked).
-func (d *Daemon) Addr() string { return d.listener.Addr().String() }
+// Addr is the address the API listens on (with the real port when 0 was
+// asked); "" with Config.NoListen.
+func (d *Daemon) Addr() string {
+	if d.listener == nil {
+		return ""
+	}
+	return d.listener.Addr().String()
+}
 
-// URL is the API's base URL, e.g. http://127.0.0.1:7711.
-func (d *Daemon) URL() string { return "http://" + d.Addr() }
+// URL is the API's base URL, e.g. http://127.0.0.1:7711; "" with
+// Config.NoListen.
+func (d *Daemon) URL() string {
+	if d.listener == nil {
+		return ""
+	}
+	return "http://" + d.Addr()
+}
 
 // Store is the daemon's open store (for tests and in-process tools).
 func (d *Daemon) Store() store.Store { return d.store }
 
-// Start serves the API and starts the sweepers; they run until Stop.
+// Start serves the API (unless Config.NoListen) and starts the sweepers;
+// they run until Stop.
 func (d *Daemon) Start(ctx context.Context) {
 	d.served = make(chan error, 1)
-	go func() { d.served <- d.server.Serve(d.listener) }()
+	d.Liveness.Start(ctx) // before serving: heartbeats are committed in groups from the first
+	if d.server != nil {
+		go func() { d.served <- d.server.Serve(d.listener) }()
+	}
 	if d.synced != nil {
 		d.synced.Start(ctx)
 	}
@@ -201,6 +243,20 @@ func (d *Daemon) Stop() error {
 	if d.synced != nil {
 		d.synced.Stop()
 	}
+	var err error
+	if d.server != nil {
+		err = d.stopServer()
+	}
+	// After the server: in-flight heartbeats are committed in groups to the end.
+	d.Liveness.Stop()
+	err = errors.Join(err, d.store.Close())
+	d.cfg.Logger.Info("vigil stopped", "err", err)
+	return err
+}
+
+// stopServer lets in-flight requests finish (ShutdownGrace), then closes
+// what is left, and collects Serve's error.
+func (d *Daemon) stopServer() error {
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownGrace)
 	defer cancel()
 	err := d.server.Shutdown(ctx)
@@ -215,8 +271,6 @@ func (d *Daemon) Stop() error {
 			err = errors.Join(err, serr)
 		}
 	}
-	err = errors.Join(err, d.store.Close())
-	d.cfg.Logger.Info("vigil stopped", "err", err)
 	return err
 }
 

@@ -154,3 +154,18 @@ func TestNonLoopbackNeedsAToken(t *testing.T) {
 func lease5() lease.EnqueueParams { return lease.EnqueueParams{TaskType: "work"} }
 
 func leaseList(status string) lease.ListParams { return lease.ListParams{Status: status, Limit: 1000} }
+
+// With NoListen the services are wired to the store and no port is bound
+// (vigil mcp); starting and stopping need no server.
+func TestNoListenBindsNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, err := daemon.New(ctx, daemon.Config{DB: t.TempDir() + "/v.db", NoListen: true})
+	require.NoError(t, err)
+	require.Empty(t, d.Addr())
+	require.Empty(t, d.URL())
+	_, err = d.Snapshot.Take(ctx)
+	require.NoError(t, err, "the services work")
+	d.Start(ctx)
+	require.NoError(t, d.Stop())
+}
