@@ -121,6 +121,12 @@ func literal(a any) string {
 	switch v := a.(type) {
 	case string:
 		return "'" + strings.ReplaceAll(v, "'", "''") + "'"
+	case []string:
+		quoted := make([]string, len(v))
+		for i, e := range v {
+			quoted[i] = literal(e)
+		}
+		return "ARRAY[" + strings.Join(quoted, ", ") + "]::text[]"
 	case time.Time:
 		return "timestamptz '" + v.UTC().Format(time.RFC3339Nano) + "'"
 	case *int:
@@ -144,4 +150,47 @@ func requireIndexed(t *testing.T, what, plan string) {
 	t.Logf("%s:\n%s", what, plan)
 	require.NotRegexp(t, seqScan, plan, "%s scans the history table", what)
 	require.NotRegexp(t, sorted, plan, "%s sorts the history table", what)
+}
+
+// TestTaskPlansUseIndexes runs EXPLAIN on a claim's pick and a reclaim
+// pass's pick over an analyzed backlog (issue #6): each must walk its index
+// in order and stop, not read and sort every scheduled or running task.
+func TestTaskPlansUseIndexes(t *testing.T) {
+	t.Parallel()
+	s := openTestStore(t, pgtest.URL(t))
+	ctx := t.Context()
+	_, err := s.pool.Exec(ctx, `
+		INSERT INTO tasks (task_type, payload, status, max_attempts, max_reclaims, run_after, created_at, updated_at,
+			lease_owner, lease_expires_at)
+		SELECT CASE WHEN i % 3 = 0 THEN 'a' WHEN i % 3 = 1 THEN 'b' ELSE 'c' END, '{}',
+			CASE WHEN i % 5 = 0 THEN 'running' ELSE 'scheduled' END, 5, 3,
+			timestamptz '2026-01-01 00:00:00Z' - make_interval(secs => i),
+			timestamptz '2026-01-01 00:00:00Z', timestamptz '2026-01-01 00:00:00Z',
+			CASE WHEN i % 5 = 0 THEN 'w' END,
+			CASE WHEN i % 5 = 0 THEN timestamptz '2026-01-01 00:00:00Z' - make_interval(secs => i) END
+		FROM generate_series(1, 30000) AS i`)
+	require.NoError(t, err)
+	_, err = s.pool.Exec(ctx, `ANALYZE tasks`)
+	require.NoError(t, err)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		t.Run(mode, func(t *testing.T) {
+			for _, types := range [][]string{{"a"}, {"b", "a", "c"}} {
+				sql, args := positional(`WITH next AS (`+claimPickSQL+`) SELECT task_id FROM next`,
+					pgx.StrictNamedArgs{"types": types, "now": now})
+				plan := explainPlan(t, s, mode, sql, args)
+				t.Logf("claim %v:\n%s", types, plan)
+				require.NotContains(t, plan, "Seq Scan on tasks")
+				require.Regexp(t, `Index Scan using tasks_claim_idx on tasks\s+\(.*\)\n\s+Index Cond: \(\(status = 'scheduled'::text\) AND \(task_type = ty.task_type\)`, plan)
+			}
+			sql, args := positional(`SELECT task_id FROM tasks WHERE `+reclaimableSQL+`
+				ORDER BY lease_expires_at LIMIT @limit FOR UPDATE OF tasks SKIP LOCKED`,
+				pgx.StrictNamedArgs{"now": now, "limit": new(1000)})
+			plan := explainPlan(t, s, mode, sql, args)
+			t.Logf("reclaim:\n%s", plan)
+			require.Contains(t, plan, "Index Scan using tasks_reclaim_idx on tasks")
+			require.NotRegexp(t, sorted, plan)
+		})
+	}
 }

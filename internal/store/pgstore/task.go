@@ -200,12 +200,7 @@ func (s *Store) TaskClaim(ctx context.Context, p store.TaskClaimParams) (*vigilt
 		args["task_id"] = p.TaskID
 	} else {
 		claimSQL = `
-			WITH next AS (
-				SELECT task_id FROM tasks
-				WHERE status = 'scheduled' AND run_after <= @now AND task_type = ANY(@types)
-				ORDER BY run_after, task_id
-				LIMIT 1
-				FOR UPDATE SKIP LOCKED)
+			WITH next AS (` + claimPickSQL + `)
 			UPDATE tasks SET ` + claimSetSQL + `
 			WHERE task_id = (SELECT task_id FROM next) AND status = 'scheduled'
 			RETURNING ` + taskColumns
@@ -486,14 +481,16 @@ var reclaimReasonSQL = `CASE WHEN ` + holderStoppedSQL + `
 // The same statement clears the current task of every process whose current
 // task was reclaimed. A task reclaimed back to scheduled loses its
 // started_at; a dead-lettered one keeps it. The tasks are returned in id
-// order.
+// order. A pass picks them in lease expiry order, the order of
+// tasks_reclaim_idx, so it reads the running tasks only until it has Limit
+// of them instead of sorting every one (issue #6).
 func (s *Store) TaskReclaim(ctx context.Context, p store.TaskReclaimParams) ([]*vigiltype.Task, error) {
 	const dead = `reclaims + 1 > max_reclaims`
 	rows, err := s.pool.Query(ctx, `
 		WITH picked AS (
 			SELECT task_id FROM tasks
 			WHERE `+reclaimableSQL+`
-			ORDER BY task_id
+			ORDER BY lease_expires_at
 			LIMIT @limit
 			FOR UPDATE OF tasks SKIP LOCKED
 		), reclaimed AS (

@@ -1,8 +1,10 @@
 package sqlitestore
 
 import (
+	"database/sql"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -96,4 +98,30 @@ func requireIndexed(t *testing.T, what, plan string) {
 	t.Logf("%s:\n%s", what, plan)
 	require.NotRegexp(t, fullScan, plan, "%s scans the history table", what)
 	require.NotRegexp(t, tempSort, plan, "%s sorts the history table", what)
+}
+
+// TestTaskPlansUseIndexes runs EXPLAIN QUERY PLAN on a claim's pick (one
+// type, several) and a reclaim pass's pick (issue #6): each must walk its
+// index in order and stop, not read and sort the whole backlog.
+func TestTaskPlansUseIndexes(t *testing.T) {
+	t.Parallel()
+	s := openTestStore(t, filepath.Join(t.TempDir(), "vigil.db"))
+	for _, types := range [][]string{{"a"}, {"b", "a", "c", "a"}} {
+		pick, args, err := claimPickSQL(types)
+		require.NoError(t, err)
+		args = append(args, sql.Named("now", "2026-01-01T00:00:00.000Z"))
+		plan := explain(t, s, "SELECT task_id FROM tasks WHERE task_id = "+pick, args...)
+		t.Logf("claim %v:\n%s", types, plan)
+		require.Contains(t, plan, "USING COVERING INDEX tasks_claim_idx (status=? AND task_type=? AND run_after<?)")
+		require.NotRegexp(t, `(?m)^SCAN tasks$`, plan)
+		require.Equal(t, len(slices.Compact(slices.Sorted(slices.Values(types))))-1, strings.Count(plan, "UNION ALL"))
+		if len(types) == 1 {
+			require.NotContains(t, plan, "TEMP B-TREE", "claim %v", types)
+		}
+	}
+	plan := explain(t, s, `SELECT task_id FROM tasks WHERE `+reclaimableSQL+` ORDER BY lease_expires_at, task_id LIMIT 1000`,
+		sql.Named("now", "2026-01-01T00:00:00.000Z"))
+	t.Logf("reclaim:\n%s", plan)
+	require.Contains(t, plan, "SEARCH tasks USING INDEX tasks_reclaim_idx (status=?)")
+	require.NotContains(t, plan, "TEMP B-TREE")
 }

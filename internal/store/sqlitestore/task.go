@@ -195,18 +195,12 @@ func (s *Store) TaskClaim(ctx context.Context, p store.TaskClaimParams) (*vigilt
 		pick = `@task_id AND status = 'scheduled' AND run_after <= @now`
 		args = append(args, sql.Named("task_id", p.TaskID))
 	} else {
-		types, err := json.Marshal(p.Types)
+		sel, typeArgs, err := claimPickSQL(p.Types)
 		if err != nil {
 			return nil, fmt.Errorf("claim task for process %s: %w", p.InstanceID, err)
 		}
-		pick = `(
-				SELECT task_id FROM tasks
-				WHERE status = 'scheduled' AND run_after <= @now
-					AND task_type IN (SELECT value FROM json_each(@types))
-				ORDER BY run_after, task_id
-				LIMIT 1)
-			AND status = 'scheduled'`
-		args = append(args, sql.Named("types", string(types)))
+		pick = sel + ` AND status = 'scheduled'`
+		args = append(args, typeArgs...)
 	}
 
 	var task *vigiltype.Task
@@ -476,7 +470,9 @@ const reclaimReasonSQL = `CASE WHEN ` + holderStoppedSQL + `
 // reclaimable at write time change; in the same transaction, every process
 // whose current task was reclaimed has it cleared. A task reclaimed back to
 // scheduled loses its started_at; a dead-lettered one keeps it. The tasks
-// are returned in id order.
+// are returned in id order. A pass picks them in lease expiry order, the
+// order of tasks_reclaim_idx, so it reads the running tasks only until it
+// has Limit of them instead of sorting every one (issue #6).
 func (s *Store) TaskReclaim(ctx context.Context, p store.TaskReclaimParams) ([]*vigiltype.Task, error) {
 	const dead = `reclaims + 1 > max_reclaims`
 	var tasks []*vigiltype.Task
@@ -496,7 +492,7 @@ func (s *Store) TaskReclaim(ctx context.Context, p store.TaskReclaimParams) ([]*
 				lease_expires_at = NULL,
 				updated_at = @now
 			WHERE task_id IN (
-				SELECT task_id FROM tasks WHERE `+reclaimableSQL+` ORDER BY task_id LIMIT @limit)
+				SELECT task_id FROM tasks WHERE `+reclaimableSQL+` ORDER BY lease_expires_at, task_id LIMIT @limit)
 			AND `+reclaimableSQL+`
 			RETURNING `+taskColumns,
 			sql.Named("now", timeString(p.Now)),
