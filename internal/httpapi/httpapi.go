@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vigil-fleet/vigil/internal/dashboard"
 	"github.com/vigil-fleet/vigil/internal/events"
 	"github.com/vigil-fleet/vigil/internal/lease"
 	"github.com/vigil-fleet/vigil/internal/liveness"
@@ -45,6 +46,10 @@ type Config struct {
 	Logger   *slog.Logger
 	// MCP, when set, is served at /mcp (the MCP streamable HTTP transport).
 	MCP http.Handler
+	// Timeline, when set, serves GET /v1/timeline (the dashboard's strips).
+	Timeline *dashboard.Service
+	// Dashboard, when set, is served at / and /assets/ without the token.
+	Dashboard http.Handler
 	// Token, when set, is required as "Authorization: Bearer <Token>" on
 	// every endpoint but /healthz.
 	Token string
@@ -86,6 +91,7 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /v1/heartbeat-versions", a.heartbeatVersions)
 	a.routeRegistry(mux)
 	a.routeSnapshot(mux)
+	a.routeDashboard(mux)
 	if cfg.MCP != nil {
 		mux.Handle("/mcp", cfg.MCP)
 	}
@@ -116,7 +122,7 @@ func (a *api) middleware(next http.Handler) http.Handler {
 			a.Logger.Debug("http", "method", r.Method, "path", r.URL.Path, "status", rec.status,
 				"duration_ms", float64(time.Since(start).Microseconds())/1000)
 		}()
-		if a.Token != "" && r.URL.Path != "/healthz" && !a.authorized(r) {
+		if a.Token != "" && !a.public(r.URL.Path) && !a.authorized(r) {
 			writeError(rec, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token (Authorization: Bearer <token>)")
 			return
 		}
