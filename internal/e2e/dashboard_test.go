@@ -69,6 +69,18 @@ func TestDashboardShowsKilledWorkerStoppedWithoutReload(t *testing.T) {
 	vigil(t, url, &agent, "agents", "register", "worker", "--function", "example worker")
 	workers := startWorkers(t, url, 3, workerEnv(url, "1s", "1s")) // alive window 3s
 	enqueue(t, url, `{"seconds":60}`)
+	// History for the strips and the Events card: a crash, a stall kill, and
+	// an agent registered with nothing running (down).
+	for _, ev := range []string{
+		`{"agent":"worker","kind":"exit","exit_code":3,"run_duration_ms":4200,"stderr_tail":"panic: lost connection\n"}`,
+		`{"agent":"worker","kind":"stall_kill","signal":"SIGKILL","run_duration_ms":1800}`,
+	} {
+		resp, err := http.Post(url+"/v1/events", "application/json", strings.NewReader(ev))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusCreated, resp.StatusCode)
+	}
+	vigil(t, url, &agent, "agents", "register", "critic", "--function", "reviews drafts")
 
 	var victimPID int
 	for pid := range workers {
@@ -94,6 +106,10 @@ func TestDashboardShowsKilledWorkerStoppedWithoutReload(t *testing.T) {
 		chromedp.WaitVisible(`#card-agents tr[data-agent="worker"] svg.strip rect.up`),
 		chromedp.WaitVisible(`#card-tasks tr[data-task]`),
 		chromedp.WaitVisible(`#card-sweepers tr[data-sweeper]`),
+		chromedp.WaitVisible(`#card-agents tr[data-agent="worker"] svg.strip rect.mark.exit`),
+		chromedp.WaitVisible(`#card-agents tr[data-agent="worker"] svg.strip rect.mark.stall`),
+		chromedp.WaitVisible(`#card-agents tr[data-agent="critic"][data-operational="down"]`),
+		chromedp.WaitVisible(`#card-events tr[data-event]`),
 	))
 	loadBefore, err := chromedp.Run(wait, chromedp.Evaluate[string](`window.vigilLoadId`))
 	require.NoError(t, err)
