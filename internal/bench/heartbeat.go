@@ -51,6 +51,9 @@ const (
 	hbSmokeDuration = 400 * time.Millisecond
 )
 
+// hbTestOpts adjust the heartbeat cases' server config (tests only).
+var hbTestOpts []func(*daemon.Config)
+
 // hbInstance is one registered instance and its token.
 type hbInstance struct{ ID, Token string }
 
@@ -66,9 +69,13 @@ func hbSizes(env Env) (clients, instances int, warm, dur time.Duration) {
 func hbDiscardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // hbStartDaemon starts a real vigil server (the daemon's wiring: store,
-// services, HTTP server on a loopback port) on db.
-func hbStartDaemon(ctx context.Context, db string) (*daemon.Daemon, error) {
-	d, err := daemon.New(ctx, daemon.Config{DB: db, Addr: "127.0.0.1:0", Logger: hbDiscardLogger()})
+// services, HTTP server on a loopback port) on db; opts adjust its config.
+func hbStartDaemon(ctx context.Context, db string, opts ...func(*daemon.Config)) (*daemon.Daemon, error) {
+	cfg := daemon.Config{DB: db, Addr: "127.0.0.1:0", Logger: hbDiscardLogger()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	d, err := daemon.New(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -108,34 +115,40 @@ func runHeartbeatIngest(ctx context.Context, env Env, backend hbBackend) (rows [
 		}
 	}
 
-	d, err := hbStartDaemon(ctx, db)
-	if err != nil {
-		return nil, err
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			err = errors.Join(err, d.Stop())
+	// The same server without group commit first (each heartbeat its own
+	// transaction: the "before" of the technique), then as it ships.
+	var insts []hbInstance
+	measure := func(what string, opts ...func(*daemon.Config)) (st hbStats, err error) {
+		d, err := hbStartDaemon(ctx, db, append(opts, hbTestOpts...)...)
+		if err != nil {
+			return st, err
 		}
-	}()
-	insts, err := hbRegister(ctx, d.Liveness, n)
+		defer func() { err = errors.Join(err, d.Stop()) }()
+		if insts == nil {
+			if insts, err = hbRegister(ctx, d.Liveness, n); err != nil {
+				return st, err
+			}
+			env.Logf("  %s: %d instances registered; %d clients over HTTP for %s", backend, n, clients, dur)
+		}
+		client := hbHTTPClient(clients)
+		defer client.CloseIdleConnections()
+		url := d.URL()
+		st = hbClosedLoop(ctx, clients, warm, dur, func(ctx context.Context, seq int64) error {
+			in := insts[seq%int64(n)]
+			return hbPost(ctx, client, url, in.ID, in.Token)
+		})
+		if st.N == 0 || st.Errors > 0 {
+			return st, fmt.Errorf("vigil heartbeats (%s): %d ok, %d errors, first: %v", what, st.N, st.Errors, st.FirstErr)
+		}
+		env.Logf("  vigil, %s: %s", what, st.Summary())
+		return st, nil
+	}
+	before, err := measure("no group commit", func(c *daemon.Config) { c.NoGroupCommit = true })
 	if err != nil {
 		return nil, err
 	}
-	env.Logf("  %s: %d instances registered; %d clients over HTTP for %s", backend, n, clients, dur)
-	client := hbHTTPClient(clients)
-	defer client.CloseIdleConnections()
-	url := d.URL()
-	vigil := hbClosedLoop(ctx, clients, warm, dur, func(ctx context.Context, seq int64) error {
-		in := insts[seq%int64(n)]
-		return hbPost(ctx, client, url, in.ID, in.Token)
-	})
-	if vigil.N == 0 || vigil.Errors > 0 {
-		return nil, fmt.Errorf("vigil heartbeats: %d ok, %d errors, first: %v", vigil.N, vigil.Errors, vigil.FirstErr)
-	}
-	env.Logf("  vigil:    %s", vigil.Summary())
-	stopped = true
-	if err := d.Stop(); err != nil {
+	vigil, err := measure("group commit")
+	if err != nil {
 		return nil, err
 	}
 
@@ -150,11 +163,11 @@ func runHeartbeatIngest(ctx context.Context, env Env, backend hbBackend) (rows [
 		return nil, err
 	}
 	env.Logf("  baseline: %s", base.Summary())
-	return []Row{hbRow(env, backend, clients, n, vigil, base)}, nil
+	return []Row{hbRow(env, backend, clients, n, vigil, before, base)}, nil
 }
 
 // hbRow turns the two measurements into the table row with its target.
-func hbRow(env Env, backend hbBackend, clients, n int, vigil, base hbStats) Row {
+func hbRow(env Env, backend hbBackend, clients, n int, vigil, before, base hbStats) Row {
 	ratio := 0.0
 	if base.Rate() > 0 {
 		ratio = vigil.Rate() / base.Rate()
@@ -173,6 +186,7 @@ func hbRow(env Env, backend hbBackend, clients, n int, vigil, base hbStats) Row 
 		r.Met = vigil.Rate() >= 20000 && vigil.Quantile(0.99) <= 25*time.Millisecond && ratio >= 2.5
 		r.Note = setup + fmt.Sprintf("; baseline: one UPDATE per transaction (autocommit) from a pool of %d connections, no HTTP", hbPGBaseConns)
 	}
+	r.Note += fmt.Sprintf("; before group commit (each heartbeat its own transaction, same run): %s", before.Summary())
 	if env.Smoke {
 		r.Note = "smoke; " + r.Note
 	}

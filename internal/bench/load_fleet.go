@@ -38,9 +38,9 @@ const (
 	loadStatusEvery      = 20 * time.Millisecond // process_status sampling period
 	loadCopyChunk        = 100_000
 	loadDrainMax         = 30 * time.Second // how long a backlog may take to finish after the window
-	loadSmokeAgents      = 2000
+	loadSmokeAgents      = 500
 	loadSmokeIntervalS   = 1
-	loadSmokeDuration    = time.Second
+	loadSmokeDuration    = 700 * time.Millisecond
 	loadSmokeWorkers     = 32
 	loadTargetP99        = 50 * time.Millisecond
 	loadStatusTargetP50  = 300 * time.Microsecond
