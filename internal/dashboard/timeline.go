@@ -45,6 +45,9 @@ type Mark struct {
 // its process events, and planned stops.
 type AgentTimeline struct {
 	Agent string `json:"agent"`
+	// RegisteredAt is the registry record's created_at: before it the
+	// agent was not expected to run, so the strip draws no down time there.
+	RegisteredAt time.Time `json:"registered_at"`
 	// Up holds the merged lifetimes of the agent's instances inside the
 	// window, oldest first: from started_at to exited_at, to the last
 	// heartbeat of an instance that went silent, or to the window's end for
@@ -171,6 +174,7 @@ func (s *Service) Timeline(ctx context.Context, window time.Duration) (*Timeline
 		}
 		at := BuildAgentTimeline(a.Name, from, to, procs, evs, stop)
 		at.Truncated = moreProcs || moreEvents
+		at.RegisteredAt = a.CreatedAt
 		tl.Agents = append(tl.Agents, at)
 	}
 	return tl, nil

@@ -91,6 +91,7 @@ func TestTimeline(t *testing.T) {
 	require.Len(t, tl.Agents, 2)
 	crawler := tl.Agents[0]
 	require.Equal(t, "crawler", crawler.Agent)
+	require.True(t, crawler.RegisteredAt.Equal(start), "registered_at is the registry record's created_at")
 	require.Len(t, crawler.Up, 2, "two lifetimes with a gap: %+v", crawler.Up)
 	require.True(t, crawler.Up[0].From.Equal(start) && crawler.Up[0].To.Equal(start.Add(time.Minute)))
 	require.True(t, crawler.Up[1].From.Equal(start.Add(2*time.Minute)) && crawler.Up[1].To.Equal(now))

@@ -144,6 +144,7 @@
     if (document.getElementById("tl-window").value === "auto") {
       let first = to;
       for (const a of tl.agents) {
+        first = Math.min(first, ms(a.registered_at));
         for (const u of a.up) first = Math.min(first, ms(u.from));
         for (const m of a.marks) first = Math.min(first, ms(m.at));
         for (const p of a.planned_stops) first = Math.min(first, ms(p.from));
@@ -161,7 +162,8 @@
     const x = (t) => Math.max(0, Math.min(1000, ((ms(t) - from) / span) * 1000));
     const el = svg("svg", { class: "strip", viewBox: "0 0 1000 20", preserveAspectRatio: "none", role: "img", "data-agent": agent });
     el.append(svg("title", {}, document.createTextNode(agent + ": last " + dur(span))));
-    el.append(svg("rect", { class: "down", x: 0, y: 4, width: 1000, height: 12 }));
+    const since = x(row.registered_at); // not down before it was registered
+    el.append(svg("rect", { class: "down", x: since, y: 4, width: 1000 - since, height: 12 }));
     for (const u of row.up) {
       const r = svg("rect", { class: "up", x: x(u.from), y: 4, width: Math.max(1, x(u.to) - x(u.from)), height: 12 });
       r.append(svg("title", {}, document.createTextNode("up " + clockTime(u.from) + " – " + clockTime(u.to))));
