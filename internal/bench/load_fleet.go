@@ -73,7 +73,12 @@ func runFleetLoad(ctx context.Context, env Env) (rows []Row, err error) {
 	if err != nil {
 		return nil, err
 	}
-	defer func() { err = errors.Join(err, d.Stop()) }()
+	stopped := false
+	defer func() {
+		if !stopped {
+			err = errors.Join(err, d.Stop())
+		}
+	}()
 	if err := loadBulkRegister(ctx, env, url, agents); err != nil {
 		return nil, err
 	}
@@ -84,6 +89,10 @@ func runFleetLoad(ctx context.Context, env Env) (rows []Row, err error) {
 	defer client.CloseIdleConnections()
 	base := d.URL()
 
+	statsBefore, err := loadTableStats(ctx, url, schema.Name)
+	if err != nil {
+		return nil, err
+	}
 	statusCtx, stopStatus := context.WithCancel(ctx)
 	statusDone := make(chan hbStats, 1)
 	go func() { statusDone <- loadSampleStatus(statusCtx, client, base, agents) }()
@@ -93,6 +102,20 @@ func runFleetLoad(ctx context.Context, env Env) (rows []Row, err error) {
 	})
 	stopStatus()
 	status := <-statusDone
+	// Stopped, the server's connections close and their backends flush
+	// their statistics on the way out.
+	stopped = true
+	if err := d.Stop(); err != nil {
+		return nil, err
+	}
+	statsAfter, err := loadTableStats(ctx, url, schema.Name)
+	if err != nil {
+		return nil, err
+	}
+	hot := statsAfter.sub(statsBefore)
+	env.Logf("  processes: %d updates, %.0f%% HOT; table %s → %s, with indexes %s → %s",
+		hot.updates, hot.hotPercent(), hbMiB(statsBefore.tableBytes), hbMiB(statsAfter.tableBytes),
+		hbMiB(statsBefore.totalBytes), hbMiB(statsAfter.totalBytes))
 	env.Logf("  heartbeats: %s (%d errors, %d never sent); process_status: %s", hb.Summary(), hb.Errors, hb.Unsent, status.Summary())
 	if hb.N == 0 {
 		return nil, fmt.Errorf("fleet load: no heartbeat succeeded; first error: %v", hb.FirstErr)
@@ -110,6 +133,9 @@ func runFleetLoad(ctx context.Context, env Env) (rows []Row, err error) {
 			"process_status (GET /v1/process-status/{kind}, %d kinds) during the load: %d samples, p50 %s, p99 %s",
 			workers, hb.Errors, hb.Unsent, loadKinds, len(status.Latencies), hbMS(status.Quantile(0.5)), hbMS(status.Quantile(0.99))),
 	}
+	r.Note += fmt.Sprintf("; processes during the load: %.0f%% of %d updates HOT, table %s → %s (with indexes %s → %s)",
+		hot.hotPercent(), hot.updates, hbMiB(statsBefore.tableBytes), hbMiB(statsAfter.tableBytes),
+		hbMiB(statsBefore.totalBytes), hbMiB(statsAfter.totalBytes))
 	if hb.FirstErr != nil {
 		r.Note += "; first error: " + hb.FirstErr.Error()
 	}
@@ -281,3 +307,47 @@ dispatch:
 	all.N = len(all.Latencies)
 	return all
 }
+
+// loadStats are the processes table's update counters and sizes.
+type loadStats struct {
+	updates, hotUpdates    int64
+	tableBytes, totalBytes int64
+}
+
+// sub is the counters' growth from before to s (sizes are s's).
+func (s loadStats) sub(before loadStats) loadStats {
+	s.updates -= before.updates
+	s.hotUpdates -= before.hotUpdates
+	return s
+}
+
+// hotPercent is the share of updates that were heap-only (HOT): no index
+// entry written, the new row version on the same page.
+func (s loadStats) hotPercent() float64 {
+	if s.updates == 0 {
+		return 0
+	}
+	return 100 * float64(s.hotUpdates) / float64(s.updates)
+}
+
+// loadTableStats reads the processes table's statistics in schema. The
+// counters lag by up to a second (PostgreSQL flushes them in batches).
+func loadTableStats(ctx context.Context, url, schema string) (loadStats, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return loadStats{}, err
+	}
+	defer conn.Close(context.Background())
+	var s loadStats
+	err = conn.QueryRow(ctx, `
+		SELECT n_tup_upd, n_tup_hot_upd, pg_relation_size(relid), pg_total_relation_size(relid)
+		FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'processes'`, schema).
+		Scan(&s.updates, &s.hotUpdates, &s.tableBytes, &s.totalBytes)
+	if err != nil {
+		return loadStats{}, fmt.Errorf("read processes statistics: %w", err)
+	}
+	return s, nil
+}
+
+// hbMiB formats a size in MiB.
+func hbMiB(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
