@@ -86,8 +86,7 @@ func (s *Store) ProcessRegister(ctx context.Context, p store.ProcessRegisterPara
 // ProcessCheckToken implements store.Store.
 func (s *Store) ProcessCheckToken(ctx context.Context, instanceID, tokenHash string) error {
 	var stored string
-	err := s.reader.QueryRowContext(ctx,
-		`SELECT token_hash FROM processes WHERE instance_id = ?`, instanceID).Scan(&stored)
+	err := s.readRow(ctx, `SELECT token_hash FROM processes WHERE instance_id = ?`, instanceID).Scan(&stored)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("process %s: %w", instanceID, vigiltype.ErrNotFound)
@@ -190,7 +189,7 @@ func (s *Store) ProcessGet(ctx context.Context, instanceID string, now time.Time
 
 // ProcessLatest implements store.Store.
 func (s *Store) ProcessLatest(ctx context.Context, kind string, now time.Time) (*vigiltype.Process, error) {
-	proc, err := scanProcess(s.reader.QueryRowContext(ctx, processLatestSQL, kind), utcMS(now))
+	proc, err := scanProcess(s.readRow(ctx, processLatestSQL, kind), utcMS(now))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("process kind %q: %w", kind, vigiltype.ErrNotFound)
 	}

@@ -40,9 +40,11 @@ const busyTimeout = 10 * time.Second
 // Store is the SQLite implementation of store.Store. It is safe for
 // concurrent use.
 type Store struct {
-	writer  *sql.DB  // exactly one connection; every write goes through it
-	reader  *sql.DB  // read-only connections for queries
-	applied []string // migrations applied by Open
+	writer  *sql.DB   // exactly one connection; every write goes through it
+	reader  *sql.DB   // read-only connections for queries
+	applied []string  // migrations applied by Open
+	wprep   *prepared // statements prepared on the writer (prepared.go)
+	rprep   *prepared // statements prepared on the reader pool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -92,7 +94,8 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		_ = writer.Close()
 		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
 	}
-	return &Store{writer: writer, reader: reader, applied: applied}, nil
+	return &Store{writer: writer, reader: reader, applied: applied,
+		wprep: newPrepared(writer), rprep: newPrepared(reader)}, nil
 }
 
 // checkWAL fails unless the database is in WAL mode: journal_mode=WAL is
@@ -111,7 +114,7 @@ func checkWAL(ctx context.Context, db *sql.DB) error {
 
 // Close closes both connection pools.
 func (s *Store) Close() error {
-	return errors.Join(s.reader.Close(), s.writer.Close())
+	return errors.Join(s.rprep.close(), s.wprep.close(), s.reader.Close(), s.writer.Close())
 }
 
 // inTx runs fn in one write transaction (BEGIN IMMEDIATE on the writer

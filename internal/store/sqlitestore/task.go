@@ -203,13 +203,20 @@ func (s *Store) TaskClaim(ctx context.Context, p store.TaskClaimParams) (*vigilt
 		args = append(args, typeArgs...)
 	}
 
+	const (
+		claimerSQL = `SELECT exited_at, alive_until FROM processes WHERE instance_id = ?`
+		currentSQL = `UPDATE processes SET current_task_id = ?, current_task_type = ? WHERE instance_id = ?`
+	)
+	claimSQL := `
+			UPDATE tasks SET ` + claimSetSQL + `
+			WHERE task_id = ` + pick + `
+			RETURNING ` + taskColumns
+	stmts := s.writerStmts(ctx, claimerSQL, claimSQL, currentSQL)
 	var task *vigiltype.Task
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var exitedAt sql.Null[string]
 		var aliveUntil string
-		err := tx.QueryRowContext(ctx,
-			`SELECT exited_at, alive_until FROM processes WHERE instance_id = ?`, p.InstanceID).
-			Scan(&exitedAt, &aliveUntil)
+		err := stmts.queryRow(ctx, tx, claimerSQL, p.InstanceID).Scan(&exitedAt, &aliveUntil)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			return vigiltype.ErrNotFound
@@ -221,10 +228,7 @@ func (s *Store) TaskClaim(ctx context.Context, p store.TaskClaimParams) (*vigilt
 			return fmt.Errorf("alive window ended %s: %w", aliveUntil, vigiltype.ErrInstanceStopped)
 		}
 
-		task, err = scanTask(tx.QueryRowContext(ctx, `
-			UPDATE tasks SET `+claimSetSQL+`
-			WHERE task_id = `+pick+`
-			RETURNING `+taskColumns, args...))
+		task, err = scanTask(stmts.queryRow(ctx, tx, claimSQL, args...))
 		switch {
 		case errors.Is(err, sql.ErrNoRows) && p.TaskID != 0:
 			return claimRefusal(ctx, tx, p.TaskID)
@@ -234,9 +238,7 @@ func (s *Store) TaskClaim(ctx context.Context, p store.TaskClaimParams) (*vigilt
 		case err != nil:
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `
-			UPDATE processes SET current_task_id = ?, current_task_type = ? WHERE instance_id = ?`,
-			task.TaskID, task.TaskType, p.InstanceID)
+		_, err = stmts.exec(ctx, tx, currentSQL, task.TaskID, task.TaskType, p.InstanceID)
 		return err
 	})
 	if err != nil {
@@ -309,7 +311,7 @@ func (s *Store) TaskHeartbeat(ctx context.Context, p store.TaskHeartbeatParams) 
 		}
 		args = append(args, sql.Named("activity_at", timeString(activityAt)))
 	}
-	count := func(ctx context.Context, tx *sql.Tx, l store.TaskLease) error {
+	count := func(ctx context.Context, tx *sql.Tx, _ txStmts, l store.TaskLease) error {
 		return countHeartbeat(ctx, tx, l.InstanceID, p.SchemaVersion, now)
 	}
 	return s.leaseUpdate(ctx, "heartbeat", p.TaskLease, count, set, args...)
@@ -388,14 +390,18 @@ func (s *Store) TaskRelease(ctx context.Context, p store.TaskReleaseParams) (*vi
 }
 
 // leaseThen is more work in a lease write's transaction, done after the
-// task row was written under lease l.
-type leaseThen func(ctx context.Context, tx *sql.Tx, l store.TaskLease) error
+// task row was written under lease l. stmts holds the writer's prepared
+// statements for the queries leaseThenSQL names.
+type leaseThen func(ctx context.Context, tx *sql.Tx, stmts txStmts, l store.TaskLease) error
+
+// endLeaseSQL clears the holder's current task when its lease ends.
+const endLeaseSQL = `
+		UPDATE processes SET current_task_id = NULL, current_task_type = NULL
+		WHERE instance_id = ? AND current_task_id = ?`
 
 // endLease clears the holder's current task when its lease ends.
-func endLease(ctx context.Context, tx *sql.Tx, l store.TaskLease) error {
-	_, err := tx.ExecContext(ctx, `
-		UPDATE processes SET current_task_id = NULL, current_task_type = NULL
-		WHERE instance_id = ? AND current_task_id = ?`, l.InstanceID, l.TaskID)
+func endLease(ctx context.Context, tx *sql.Tx, stmts txStmts, l store.TaskLease) error {
+	_, err := stmts.exec(ctx, tx, endLeaseSQL, l.InstanceID, l.TaskID)
 	return err
 }
 
@@ -410,21 +416,23 @@ func (s *Store) leaseUpdate(ctx context.Context, op string, l store.TaskLease, t
 		sql.Named("lease_owner", l.InstanceID),
 		sql.Named("lease_epoch", l.Epoch),
 	)
+	updateSQL := `
+			UPDATE tasks SET ` + set + `
+			WHERE task_id = @task_id AND status = 'running'
+				AND lease_owner = @lease_owner AND lease_epoch = @lease_epoch
+			RETURNING ` + taskColumns
+	stmts := s.writerStmts(ctx, updateSQL, endLeaseSQL)
 	var task *vigiltype.Task
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		task, err = scanTask(tx.QueryRowContext(ctx, `
-			UPDATE tasks SET `+set+`
-			WHERE task_id = @task_id AND status = 'running'
-				AND lease_owner = @lease_owner AND lease_epoch = @lease_epoch
-			RETURNING `+taskColumns, args...))
+		task, err = scanTask(stmts.queryRow(ctx, tx, updateSQL, args...))
 		if errors.Is(err, sql.ErrNoRows) {
 			return taskRefusal(ctx, tx, l.TaskID)
 		}
 		if err != nil {
 			return err
 		}
-		return then(ctx, tx, l)
+		return then(ctx, tx, stmts, l)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s task %d: %w", op, l.TaskID, err)
