@@ -49,7 +49,7 @@ func clSizes(env Env) int {
 	if env.Smoke {
 		return 300
 	}
-	return 50_000
+	return 20_000
 }
 
 // clEnqueue bulk-inserts n scheduled no-op tasks of typ, claimable now.
