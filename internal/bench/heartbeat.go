@@ -51,9 +51,6 @@ const (
 	hbSmokeDuration = 400 * time.Millisecond
 )
 
-// hbTestOpts adjust the heartbeat cases' server config (tests only).
-var hbTestOpts []func(*daemon.Config)
-
 // hbInstance is one registered instance and its token.
 type hbInstance struct{ ID, Token string }
 
@@ -119,7 +116,7 @@ func runHeartbeatIngest(ctx context.Context, env Env, backend hbBackend) (rows [
 	// transaction: the "before" of the technique), then as it ships.
 	var insts []hbInstance
 	measure := func(what string, opts ...func(*daemon.Config)) (st hbStats, err error) {
-		d, err := hbStartDaemon(ctx, db, append(opts, hbTestOpts...)...)
+		d, err := hbStartDaemon(ctx, db, opts...)
 		if err != nil {
 			return st, err
 		}
