@@ -47,7 +47,7 @@ const clWorkers = 16
 // clSizes returns how many tasks each measurement drains.
 func clSizes(env Env) int {
 	if env.Smoke {
-		return 300
+		return 150
 	}
 	return 20_000
 }
