@@ -298,8 +298,8 @@ func runSupervisorMemory(ctx context.Context, env Env) ([]Row, error) {
 		var res supMemoryResult
 		err := supRunHelper(ctx, supHelperConfig{Mode: "memory", Side: side, Child: child, N: n, Settle: settle, Idle: idle}, &res)
 		if err == nil {
-			env.Logf("supervisor-memory: %s %d: rss %d KiB (%d KiB after GC), %d threads, %d goroutines, %d fds, idle CPU %s over %s, start %s, stop %s",
-				side, n, res.RSSKiB, res.RSSGCKiB, res.Threads, res.Goroutines, res.FDs,
+			env.Logf("supervisor-memory: %s %d: rss %d KiB (%d KiB after GC; stacks %d (%d after GC), heap %d, sys %d KiB), %d threads, %d goroutines, %d fds, idle CPU %s over %s, start %s, stop %s",
+				side, n, res.RSSKiB, res.RSSGCKiB, res.StackInuseKiB, res.StackGCKiB, res.HeapInuseKiB, res.SysKiB, res.Threads, res.Goroutines, res.FDs,
 				time.Duration(res.IdleCPUNS), time.Duration(res.IdleNS).Round(time.Millisecond),
 				time.Duration(res.StartNS).Round(time.Millisecond), time.Duration(res.StopNS).Round(time.Millisecond))
 		}
@@ -335,9 +335,9 @@ func runSupervisorMemory(ctx context.Context, env Env) ([]Row, error) {
 		Target: "≤ 16 KiB/child; zero CPU while idle; ≤ 0.6× slope",
 		Met:    supSlope <= supMemSlopeMaxKiB && ratio <= supMemRatioMax && cpuShare <= supIdleCPUMax,
 	}
-	row.Note = fmt.Sprintf("Each side runs alone in a re-exec of this binary; RSS is its VmRSS %s after the last child started "+
+	row.Note = fmt.Sprintf("Each side runs alone in a re-exec of this binary; RSS is its VmRSS %s after the last child started, at the end of the idle window "+
 		"(after a forced GC: supervisor %.1f, baseline %.1f KiB/child). Zero CPU means ≤ %.1f%% of a core. ",
-		settle, float64(got[1][1].RSSGCKiB-got[1][0].RSSGCKiB)/float64(hi-lo),
+		settle+idle, float64(got[1][1].RSSGCKiB-got[1][0].RSSGCKiB)/float64(hi-lo),
 		float64(got[0][1].RSSGCKiB-got[0][0].RSSGCKiB)/float64(hi-lo), 100*supIdleCPUMax)
 	return []Row{row}, nil
 }

@@ -108,7 +108,7 @@ type supRestartResult struct {
 // supMemoryResult is what the memory helper prints.
 type supMemoryResult struct {
 	Children   int   `json:"children"`
-	RSSKiB     int64 `json:"rss_kib"`      // VmRSS after Settle
+	RSSKiB     int64 `json:"rss_kib"`      // VmRSS after Settle and Idle
 	RSSGCKiB   int64 `json:"rss_gc_kib"`   // VmRSS after a forced GC that returns free memory to the OS
 	Threads    int   `json:"threads"`      // OS threads of the helper
 	Goroutines int   `json:"goroutines"`   // goroutines of the helper
@@ -120,6 +120,13 @@ type supMemoryResult struct {
 	FDs        int   `json:"fds"`          // open file descriptors
 	Supervisor bool  `json:"supervisor"`   // which side
 	Static     bool  `json:"static_child"` // the child was the small static binary
+	// From runtime.MemStats with RSSKiB: goroutine and OS thread stacks
+	// (StackInuse), the heap's spans in use (HeapInuse), and all the
+	// runtime holds from the OS (Sys).
+	StackInuseKiB int64 `json:"stack_inuse_kib"`
+	HeapInuseKiB  int64 `json:"heap_inuse_kib"`
+	SysKiB        int64 `json:"sys_kib"`
+	StackGCKiB    int64 `json:"stack_gc_kib"` // StackInuse after the forced GC
 }
 
 // supHelperTimeout bounds anything a helper waits for.
@@ -414,24 +421,30 @@ func supMemoryBaseline(cfg supHelperConfig) (supMemoryResult, error) {
 	return res, nil
 }
 
-// supMeasureIdle waits cfg.Settle, reads this process's RSS, threads and
-// goroutines, then its CPU time over cfg.Idle, and last its RSS after a
-// forced GC.
+// supMeasureIdle waits cfg.Settle, measures this process's CPU time over
+// cfg.Idle, then reads its RSS, threads, goroutines and runtime memory
+// statistics, and last its RSS after a forced GC that returns free memory
+// to the OS.
 func supMeasureIdle(cfg supHelperConfig, started time.Duration) supMemoryResult {
 	time.Sleep(cfg.Settle)
 	res := supMemoryResult{Children: cfg.N, StartNS: int64(started), Static: cfg.Child.Static}
-	res.RSSKiB, res.Threads = supSelfStatus()
-	res.Goroutines = runtime.NumGoroutine()
-	if ents, err := os.ReadDir("/proc/self/fd"); err == nil {
-		res.FDs = len(ents)
-	}
 	before := supCPUTime()
 	t0 := time.Now()
 	time.Sleep(cfg.Idle)
 	res.IdleCPUNS = int64(supCPUTime() - before)
 	res.IdleNS = int64(time.Since(t0))
+	res.RSSKiB, res.Threads = supSelfStatus()
+	res.Goroutines = runtime.NumGoroutine()
+	if ents, err := os.ReadDir("/proc/self/fd"); err == nil {
+		res.FDs = len(ents)
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	res.StackInuseKiB, res.HeapInuseKiB, res.SysKiB = int64(ms.StackInuse>>10), int64(ms.HeapInuse>>10), int64(ms.Sys>>10)
 	debug.FreeOSMemory()
 	res.RSSGCKiB, _ = supSelfStatus()
+	runtime.ReadMemStats(&ms)
+	res.StackGCKiB = int64(ms.StackInuse >> 10)
 	return res
 }
 

@@ -40,17 +40,15 @@ func (p procInfo) live() bool { return p.state != 'Z' && p.state != 'X' }
 // listProcs reads every process's /proc/<pid>/stat. Processes that exit
 // meanwhile are skipped.
 func listProcs() ([]procInfo, error) {
-	entries, err := os.ReadDir("/proc")
+	pids, err := procPIDs()
 	if err != nil {
 		return nil, err
 	}
-	procs := make([]procInfo, 0, len(entries))
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+	buf := procBufs.Get().(*[]byte)
+	defer procBufs.Put(buf)
+	procs := make([]procInfo, 0, len(pids))
+	for _, pid := range pids {
+		stat, err := readProcFile(pid, "stat", buf)
 		if err != nil {
 			continue
 		}
@@ -71,30 +69,79 @@ func parseProcStatFull(stat []byte) (procInfo, bool) {
 	if i < 0 {
 		return procInfo{}, false
 	}
-	f := bytes.Fields(stat[i+1:])
-	if len(f) < 4 || len(f[0]) != 1 {
+	rest := stat[i+1:]
+	state, rest, ok := nextStatField(rest)
+	if !ok || len(state) != 1 {
 		return procInfo{}, false
 	}
 	var nums [3]int
 	for j := range nums {
-		n, err := strconv.Atoi(string(f[j+1]))
-		if err != nil {
+		var f []byte
+		if f, rest, ok = nextStatField(rest); !ok {
+			return procInfo{}, false
+		}
+		n, ok := atoiBytes(f)
+		if !ok {
 			return procInfo{}, false
 		}
 		nums[j] = n
 	}
-	return procInfo{state: f[0][0], ppid: nums[0], pgid: nums[1], sid: nums[2]}, true
+	return procInfo{state: state[0], ppid: nums[0], pgid: nums[1], sid: nums[2]}, true
+}
+
+// nextStatField splits the next space-separated field off b.
+func nextStatField(b []byte) (field, rest []byte, ok bool) {
+	for len(b) > 0 && isStatSpace(b[0]) {
+		b = b[1:]
+	}
+	j := 0
+	for j < len(b) && !isStatSpace(b[j]) {
+		j++
+	}
+	return b[:j], b[j:], j > 0
+}
+
+func isStatSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\t' }
+
+// atoiBytes parses a decimal int, optionally negative, without allocating.
+func atoiBytes(b []byte) (int, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
 }
 
 // environHas reports whether process pid's initial environment (the one it
 // was exec'd with) holds the entry kv ("NAME=value"), or, with prefix set,
 // an entry starting with kv. A zombie's environment reads empty.
 func environHas(pid int, kv string, prefix bool) bool {
-	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	buf := procBufs.Get().(*[]byte)
+	defer procBufs.Put(buf)
+	env, err := readProcFile(pid, "environ", buf)
 	if err != nil {
 		return false // gone, or not ours to read
 	}
-	for entry := range bytes.SplitSeq(env, []byte{0}) {
+	for len(env) > 0 {
+		entry := env
+		if j := bytes.IndexByte(env, 0); j >= 0 {
+			entry, env = env[:j], env[j+1:]
+		} else {
+			env = nil
+		}
 		if prefix && bytes.HasPrefix(entry, []byte(kv)) || string(entry) == kv {
 			return true
 		}

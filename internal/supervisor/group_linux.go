@@ -1,10 +1,7 @@
 package supervisor
 
 import (
-	"bytes"
 	"errors"
-	"os"
-	"strconv"
 	"syscall"
 )
 
@@ -28,15 +25,14 @@ func groupRunning(pgid int) bool {
 // procGroupHasLiveMember scans /proc/<pid>/stat for a process of group pgid
 // in any state but zombie (Z) or dead (X).
 func procGroupHasLiveMember(pgid int) (bool, error) {
-	entries, err := os.ReadDir("/proc")
+	pids, err := procPIDs()
 	if err != nil {
 		return false, err
 	}
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+	buf := procBufs.Get().(*[]byte)
+	defer procBufs.Put(buf)
+	for _, pid := range pids {
+		stat, err := readProcFile(pid, "stat", buf)
 		if err != nil {
 			continue // exited meanwhile
 		}
@@ -52,17 +48,6 @@ func procGroupHasLiveMember(pgid int) (bool, error) {
 // /proc/<pid>/stat: "pid (comm) state ppid pgrp …", where comm may itself
 // contain spaces and parentheses.
 func parseProcStat(stat []byte) (state byte, pgid int, ok bool) {
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, 0, false
-	}
-	fields := bytes.Fields(stat[i+1:])
-	if len(fields) < 3 || len(fields[0]) != 1 {
-		return 0, 0, false
-	}
-	pg, err := strconv.Atoi(string(fields[2]))
-	if err != nil {
-		return 0, 0, false
-	}
-	return fields[0][0], pg, true
+	p, ok := parseProcStatFull(stat)
+	return p.state, p.pgid, ok
 }

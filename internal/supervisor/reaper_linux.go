@@ -36,6 +36,11 @@ type reaper struct {
 	groups   map[int]struct{} // process groups of agent generations
 	seen     map[int]struct{} // live descendants seen carrying the marker
 	sessions map[int]struct{} // sessions led by a marked process
+
+	// Scratch maps of pass, kept between passes (cleared, not
+	// reallocated), so that an idle fleet's passes make little garbage.
+	scratchParent                                  map[int]int
+	scratchPresent, scratchGroups, scratchSessions map[int]struct{}
 }
 
 func newReaper(marker string, onReaped func(int, syscall.WaitStatus)) *reaper {
@@ -43,6 +48,8 @@ func newReaper(marker string, onReaped func(int, syscall.WaitStatus)) *reaper {
 		self: os.Getpid(), marker: marker, onReaped: onReaped,
 		leaders: map[int]struct{}{}, groups: map[int]struct{}{},
 		seen: map[int]struct{}{}, sessions: map[int]struct{}{},
+		scratchParent: map[int]int{}, scratchPresent: map[int]struct{}{},
+		scratchGroups: map[int]struct{}{}, scratchSessions: map[int]struct{}{},
 	}
 }
 
@@ -90,8 +97,12 @@ func (r *reaper) pass() int {
 		return 0
 	}
 	selfSID := -1
-	parent := make(map[int]int, len(procs))
-	present := make(map[int]struct{}, len(procs))
+	parent, present := r.scratchParent, r.scratchPresent
+	groups, sessions := r.scratchGroups, r.scratchSessions
+	clear(parent)
+	clear(present)
+	clear(groups)
+	clear(sessions)
 	for _, p := range procs {
 		parent[p.pid] = p.ppid
 		present[p.pid] = struct{}{}
@@ -100,8 +111,6 @@ func (r *reaper) pass() int {
 		}
 	}
 	reaped := 0
-	groups := map[int]struct{}{}
-	sessions := map[int]struct{}{}
 	for _, p := range procs {
 		groups[p.pgid] = struct{}{}
 		sessions[p.sid] = struct{}{}

@@ -177,6 +177,10 @@ type Supervisor struct {
 	genPrefix string
 	// reaper reaps orphaned descendants adopted as subreaper (Linux).
 	reaper *reaper
+	// watcher is the one loop that waits for every leader's exit and every
+	// quiet agent's first output (Linux, while Run runs); nil: a goroutine
+	// per leader and per output stream does the waiting.
+	watcher *fdWatcher
 	// reapInterval is how often the reaper looks for adopted orphans besides
 	// on SIGCHLD: an orphan seen alive is reapable by pid when it dies.
 	reapInterval time.Duration
@@ -322,6 +326,12 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	if n := s.killOrphanedGenerations(ctx); n > 0 {
 		s.testSignals.orphansKilled.signal(n)
 	}
+	if w, err := newFDWatcher(); err == nil {
+		s.watcher = w
+		defer w.stop() // after every agent is gone: no watch is left
+	} else if !errors.Is(err, errors.ErrUnsupported) {
+		s.logger.Warn("no event loop; waiting with a goroutine per agent", "err", err)
+	}
 	reapCtx, stopReaping := context.WithCancel(context.WithoutCancel(ctx))
 	var reaperDone sync.WaitGroup
 	reaperDone.Go(func() { s.reapLoop(reapCtx) })
@@ -440,7 +450,7 @@ func (s *Supervisor) runOnce(ctx context.Context, i, attempt int, log *slog.Logg
 	s.mu.Lock()
 	s.gens[i] = gen
 	s.mu.Unlock()
-	cmd, pipes, err := s.start(a, gen)
+	cmd, pidfd, pipes, err := s.startAside(a, gen)
 	if err != nil {
 		log.Error("agent launch failed", "command", a.Command, "dir", a.Dir, "err", err)
 		s.recordExit(i, "launch failed: "+err.Error())
@@ -465,14 +475,15 @@ func (s *Supervisor) runOnce(ctx context.Context, i, attempt int, log *slog.Logg
 		pipes[0].w = teeWriter{pipes[0].w, logLineWriter{file: f, stream: "stdout", prefix: prefix, now: time.Now}}
 		pipes[1].w = append(pipes[1].w.(teeWriter), logLineWriter{file: f, stream: "stderr", prefix: prefix, now: time.Now})
 	}
-	out := startOutputCopy(a.Name, pipes...)
+	out := startOutputCopy(a.Name, s.watcher, pipes...)
 
 	waited := make(chan struct{})
-	go func() {
+	reapLeader := func() {
 		_ = cmd.Wait() // the outcome is in cmd.ProcessState
 		s.reaper.leaderWaited(pid)
 		close(waited)
-	}()
+	}
+	s.waitExit(pidfd, reapLeader)
 	if a.StartupTimeout > 0 && s.registered != nil {
 		stopCheck := s.watchStartup(ctx, i, started, waited)
 		defer stopCheck()
@@ -525,6 +536,26 @@ func (s *Supervisor) runOnce(ctx context.Context, i, attempt int, log *slog.Logg
 	return runTime, true, killed
 }
 
+// waitExit calls reapLeader, on a goroutine of its own, once the leader
+// behind pidfd has exited, and closes pidfd. The waiting is done by the
+// watcher's loop when there is one (no goroutine, no thread), else by a
+// goroutine parked on the pidfd (no thread), else by cmd.Wait itself.
+func (s *Supervisor) waitExit(pidfd int, reapLeader func()) {
+	if s.watcher != nil && pidfd >= 0 {
+		_, err := s.watcher.watch(pidfd, func() {
+			reapLeader()
+			_ = syscall.Close(pidfd)
+		})
+		if err == nil {
+			return
+		}
+	}
+	go func() {
+		parkUntilExited(pidfd) // closes pidfd
+		reapLeader()
+	}()
+}
+
 // report records e with the event sink, if there is one.
 func (s *Supervisor) report(log *slog.Logger, e Event) {
 	if s.events == nil {
@@ -562,23 +593,25 @@ func (s *Supervisor) recordExit(i int, desc string) {
 
 // start launches agent a in a new process group, with gen (the generation
 // marker, EnvGeneration=…) last in its environment. The returned pipes carry
-// its stdout and stderr, paired with the supervisor's writers.
-func (s *Supervisor) start(a Agent, gen string) (*exec.Cmd, []outputPair, error) {
-	cmd := exec.Command(a.Command[0], a.Command[1:]...)
+// its stdout and stderr, paired with the supervisor's writers; pidfd is a
+// pidfd of the process for parkUntilExited, or -1.
+func (s *Supervisor) start(a Agent, gen string) (cmd *exec.Cmd, pidfd int, pipes []outputPair, err error) {
+	cmd = exec.Command(a.Command[0], a.Command[1:]...)
 	cmd.Dir = a.Dir
 	cmd.Env = append(s.childEnv(a), gen)
 	cmd.SysProcAttr = groupSysProcAttr()
+	fd := pidfdAttr(cmd.SysProcAttr)
 	// Own pipes rather than io.Writers: exec would copy from a goroutine that
 	// Wait joins, and Wait would then block on any grandchild that still
 	// holds the pipe.
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		return nil, nil, fmt.Errorf("stdout pipe: %w", err)
+		return nil, -1, nil, fmt.Errorf("stdout pipe: %w", err)
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		_, _ = outR.Close(), outW.Close()
-		return nil, nil, fmt.Errorf("stderr pipe: %w", err)
+		return nil, -1, nil, fmt.Errorf("stderr pipe: %w", err)
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
 	err = s.reaper.startLeader(func() (int, error) {
@@ -589,11 +622,34 @@ func (s *Supervisor) start(a Agent, gen string) (*exec.Cmd, []outputPair, error)
 	})
 	// The child has its own copies; ours would keep the pipes open forever.
 	_, _ = outW.Close(), errW.Close()
+	// Nor is the environment needed any more: drop it rather than keep a
+	// copy per running agent.
+	cmd.Env = nil
 	if err != nil {
 		_, _ = outR.Close(), errR.Close()
-		return nil, nil, err
+		return nil, -1, nil, err
 	}
-	return cmd, []outputPair{{outR, s.stdout}, {errR, s.stderr}}, nil
+	return cmd, *fd, []outputPair{{outR, s.stdout}, {errR, s.stderr}}, nil
+}
+
+// startAside is start on a goroutine of its own. os/exec's call chain is
+// deep, and the stack it grows would otherwise stay with the agent's
+// goroutine for as long as the agent runs (issue #6: memory per child).
+func (s *Supervisor) startAside(a Agent, gen string) (*exec.Cmd, int, []outputPair, error) {
+	type started struct {
+		cmd   *exec.Cmd
+		pidfd int
+		pipes []outputPair
+		err   error
+	}
+	ch := make(chan started, 1)
+	go func() {
+		var r started
+		r.cmd, r.pidfd, r.pipes, r.err = s.start(a, gen)
+		ch <- r
+	}()
+	r := <-ch
+	return r.cmd, r.pidfd, r.pipes, r.err
 }
 
 // childEnv is os.Environ() + ExtraEnv + VIGIL_KIND=<name> + the agent's Env;
