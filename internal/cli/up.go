@@ -80,8 +80,10 @@ Fleet file:
 			extraEnv["VIGIL_URL"] = d.URL()
 			runner := &fleetRunner{sf: &sf, cmd: cmd, host: hostname(), logger: logger,
 				config: func(f *supervisor.Fleet) supervisor.Config {
-					return sf.config(cmd, f, extraEnv, logger, eventRecorder{d.Events}, d.Lease,
+					c := sf.config(cmd, f, extraEnv, logger, eventRecorder{d.Events}, d.Lease,
 						desiredFrom{agent: d.Registry.Get, plannedStop: d.Events.ActivePlannedStop}, d.Liveness.Latest, d.Liveness.Get)
+					c.Restarted, c.StallKilled = d.Metrics.Restarted, d.Metrics.StallKilled // vigil_restarts_total, vigil_stall_kills_total
+					return c
 				},
 				list: func(ctx context.Context) ([]vigiltype.Agent, error) {
 					list, err := d.Registry.List(ctx)

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"io"
+	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -76,4 +78,11 @@ func TestSnapshotShowsAKilledAgentDownUntilRestarted(t *testing.T) {
 	require.NotNil(t, ev, "the kill is on record")
 	require.Equal(t, vigiltype.EventExit, ev.Kind)
 	require.Equal(t, "killed", ev.Signal)
+
+	resp, err := http.Get(url + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Contains(t, string(body), `vigil_restarts_total{agent="`+agent+`"} 1`, "vigil up counts the restart in /metrics")
 }
