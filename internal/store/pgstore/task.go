@@ -181,24 +181,31 @@ func (s *Store) TaskClaim(ctx context.Context, p store.TaskClaimParams) (*vigilt
 	if p.TaskID == 0 && len(p.Types) == 0 {
 		return nil, vigiltype.Invalid("task_types", "must name at least one type")
 	}
-	if p.TaskID == 0 {
-		return s.claimByType(ctx, p) // one statement: claim_fast.go
-	}
 	now := utcMS(p.Now)
 	args := pgx.StrictNamedArgs{
 		"instance_id":      p.InstanceID,
 		"now":              now,
 		"default_lease_ms": p.LeaseTimeout.Milliseconds(),
 	}
-	claimSQL := `
-		WITH next AS (
-			SELECT task_id FROM tasks
-			WHERE task_id = @task_id AND status = 'scheduled' AND run_after <= @now
-			FOR UPDATE SKIP LOCKED)
-		UPDATE tasks SET ` + claimSetSQL + `
-		WHERE task_id = (SELECT task_id FROM next) AND status = 'scheduled'
-		RETURNING ` + taskColumns
-	args["task_id"] = p.TaskID
+	var claimSQL string
+	if p.TaskID != 0 {
+		claimSQL = `
+			WITH next AS (
+				SELECT task_id FROM tasks
+				WHERE task_id = @task_id AND status = 'scheduled' AND run_after <= @now
+				FOR UPDATE SKIP LOCKED)
+			UPDATE tasks SET ` + claimSetSQL + `
+			WHERE task_id = (SELECT task_id FROM next) AND status = 'scheduled'
+			RETURNING ` + taskColumns
+		args["task_id"] = p.TaskID
+	} else {
+		claimSQL = `
+			WITH next AS (` + claimPickSQL + `)
+			UPDATE tasks SET ` + claimSetSQL + `
+			WHERE task_id = (SELECT task_id FROM next) AND status = 'scheduled'
+			RETURNING ` + taskColumns
+		args["types"] = p.Types
+	}
 
 	var task *vigiltype.Task
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -345,7 +352,7 @@ func (s *Store) TaskComplete(ctx context.Context, p store.TaskCompleteParams) (*
 		r := string(p.Result)
 		result = &r
 	}
-	return s.leaseEnd(ctx, "complete", p.TaskLease, `
+	return s.leaseUpdate(ctx, "complete", p.TaskLease, endLease, `
 		status = 'completed',
 		result = @result::json,
 		completed_by = lease_owner,
@@ -361,7 +368,7 @@ func (s *Store) TaskComplete(ctx context.Context, p store.TaskCompleteParams) (*
 // started_at; a dead-lettered one keeps it as the start of its last run.
 func (s *Store) TaskFail(ctx context.Context, p store.TaskFailParams) (*vigiltype.Task, error) {
 	const dead = `attempts + 1 >= max_attempts`
-	return s.leaseEnd(ctx, "fail", p.TaskLease, `
+	return s.leaseUpdate(ctx, "fail", p.TaskLease, endLease, `
 		attempts = attempts + 1,
 		status = CASE WHEN `+dead+` THEN 'dead_letter' ELSE 'scheduled' END,
 		run_after = CASE WHEN `+dead+` THEN run_after ELSE @retry_at END,
@@ -376,7 +383,7 @@ func (s *Store) TaskFail(ctx context.Context, p store.TaskFailParams) (*vigiltyp
 
 // TaskRelease implements store.Store.
 func (s *Store) TaskRelease(ctx context.Context, p store.TaskReleaseParams) (*vigiltype.Task, error) {
-	return s.leaseEnd(ctx, "release", p.TaskLease, `
+	return s.leaseUpdate(ctx, "release", p.TaskLease, endLease, `
 		status = 'scheduled',
 		run_after = @now,
 		started_at = NULL,
@@ -390,6 +397,14 @@ func (s *Store) TaskRelease(ctx context.Context, p store.TaskReleaseParams) (*vi
 // leaseThen is more work in a lease write's transaction, done after the
 // task row was written under lease l.
 type leaseThen func(ctx context.Context, tx pgx.Tx, l store.TaskLease) error
+
+// endLease clears the holder's current task when its lease ends.
+func endLease(ctx context.Context, tx pgx.Tx, l store.TaskLease) error {
+	_, err := tx.Exec(ctx, `
+		UPDATE processes SET current_task_id = NULL, current_task_type = NULL
+		WHERE instance_id = $1 AND current_task_id = $2`, l.InstanceID, l.TaskID)
+	return interpretError(err)
+}
 
 // leaseUpdate applies the SET clause set to the task held under l, guarded
 // by the whole lease predicate (id, running, owner, epoch), in one
