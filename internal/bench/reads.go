@@ -296,24 +296,36 @@ type rdLatency struct {
 	n        int
 }
 
-// rdMeasure calls fn n times one after another, after warm calls that are
-// not counted, and returns the latency distribution.
-func rdMeasure(ctx context.Context, warm, n int, fn func(ctx context.Context) error) (rdLatency, error) {
-	for range warm {
-		if err := fn(ctx); err != nil {
-			return rdLatency{}, err
+// rdInterleave measures several series at once: after warm uncounted
+// calls of each, it runs n calls of each series in blocks of block calls,
+// taking the series in turn, so that every series sees the same spells of
+// load on a shared machine and their ratios stay meaningful.
+func rdInterleave(ctx context.Context, warm, n, block int, fns ...func(ctx context.Context) error) ([]rdLatency, error) {
+	for _, fn := range fns {
+		for range warm {
+			if err := fn(ctx); err != nil {
+				return nil, err
+			}
 		}
 	}
-	d := make([]time.Duration, n)
-	for i := range n {
-		start := time.Now()
-		if err := fn(ctx); err != nil {
-			return rdLatency{}, err
+	d := make([][]time.Duration, len(fns))
+	for len(d[0]) < n {
+		for i, fn := range fns {
+			for range min(block, n-len(d[i])) {
+				start := time.Now()
+				if err := fn(ctx); err != nil {
+					return nil, err
+				}
+				d[i] = append(d[i], time.Since(start))
+			}
 		}
-		d[i] = time.Since(start)
 	}
-	slices.Sort(d)
-	return rdLatency{p50: d[n/2], p99: d[min(n-1, n*99/100)], n: n}, nil
+	out := make([]rdLatency, len(fns))
+	for i := range d {
+		slices.Sort(d[i])
+		out[i] = rdLatency{p50: d[i][n/2], p99: d[i][min(n-1, n*99/100)], n: n}
+	}
+	return out, nil
 }
 
 // rdMicros formats d in microseconds (or milliseconds past 10 ms).
@@ -335,36 +347,38 @@ func rdSizes(env Env) (small, large, calls int) {
 
 func runStatus(ctx context.Context, env Env, backend rdBackend) ([]Row, error) {
 	small, large, calls := rdSizes(env)
-	s, err := rdStart(ctx, env, backend, "status", 0)
+	// Two servers, one per history size, measured in turns with the
+	// baseline so that load on the machine hits all three alike.
+	sSmall, err := rdStart(ctx, env, backend, "status-small", 0)
 	if err != nil {
 		return nil, err
 	}
-	defer s.stop()
+	defer sSmall.stop()
+	sLarge, err := rdStart(ctx, env, backend, "status-large", 0)
+	if err != nil {
+		return nil, err
+	}
+	defer sLarge.stop()
 	base := time.Now()
+	if err := sSmall.rdFill(ctx, env, base, 0, small); err != nil {
+		return nil, err
+	}
+	if err := sLarge.rdFill(ctx, env, base, 0, large); err != nil {
+		return nil, err
+	}
 	path := "/v1/process-status/" + rdStatusKind
-	httpCall := func(ctx context.Context) error { return s.rdGet(ctx, path) }
-	rawCall := func(ctx context.Context) error { return s.rdRawQuery(ctx, rdStatusSQLite, rdStatusPG, rdStatusKind) }
-
-	if err := s.rdFill(ctx, env, base, 0, small); err != nil {
-		return nil, err
-	}
-	atSmall, err := rdMeasure(ctx, calls/10, calls, httpCall)
+	got, err := rdInterleave(ctx, calls/10, calls, 100,
+		func(ctx context.Context) error { return sSmall.rdGet(ctx, path) },
+		func(ctx context.Context) error { return sLarge.rdGet(ctx, path) },
+		func(ctx context.Context) error {
+			return sLarge.rdRawQuery(ctx, rdStatusSQLite, rdStatusPG, rdStatusKind)
+		})
 	if err != nil {
-		return nil, fmt.Errorf("process_status at %d rows: %w", small, err)
+		return nil, fmt.Errorf("process_status: %w", err)
 	}
-	env.Logf("  process_status at %d rows: p50 %s p99 %s", small, rdMicros(atSmall.p50), rdMicros(atSmall.p99))
-	if err := s.rdFill(ctx, env, base, small, large); err != nil {
-		return nil, err
-	}
-	atLarge, err := rdMeasure(ctx, calls/10, calls, httpCall)
-	if err != nil {
-		return nil, fmt.Errorf("process_status at %d rows: %w", large, err)
-	}
-	raw, err := rdMeasure(ctx, calls/10, calls, rawCall)
-	if err != nil {
-		return nil, fmt.Errorf("process_status baseline: %w", err)
-	}
-	env.Logf("  process_status at %d rows: p50 %s p99 %s; raw SQL p50 %s p99 %s", large,
+	atSmall, atLarge, raw := got[0], got[1], got[2]
+	env.Logf("  process_status at %d rows: p50 %s p99 %s; at %d rows: p50 %s p99 %s; raw SQL p50 %s p99 %s",
+		small, rdMicros(atSmall.p50), rdMicros(atSmall.p99), large,
 		rdMicros(atLarge.p50), rdMicros(atLarge.p99), rdMicros(raw.p50), rdMicros(raw.p99))
 
 	growth := float64(atLarge.p50) / float64(atSmall.p50)
@@ -414,29 +428,19 @@ func runList(ctx context.Context, env Env, backend rdBackend) ([]Row, error) {
 	if err := s.rdFill(ctx, env, base, 0, large); err != nil {
 		return nil, err
 	}
-	viaHTTP, err := rdMeasure(ctx, calls/10, calls, func(ctx context.Context) error {
-		return s.rdGet(ctx, "/v1/processes")
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list_processes: %w", err)
-	}
 	// A page deep in the history (after row large/2), through the cursor
 	// the previous page would have returned: keyset pagination makes it
 	// cost what the first page costs.
 	depth := large / 2
 	deepPath := "/v1/processes?cursor=" + rdCursor(base.Add(-time.Duration(depth)*2*time.Second), rdInstanceID(depth))
-	deep, err := rdMeasure(ctx, calls/100, calls/10, func(ctx context.Context) error {
-		return s.rdGet(ctx, deepPath)
-	})
+	got, err := rdInterleave(ctx, calls/10, calls, 100,
+		func(ctx context.Context) error { return s.rdGet(ctx, "/v1/processes") },
+		func(ctx context.Context) error { return s.rdGet(ctx, deepPath) },
+		func(ctx context.Context) error { return s.rdRawQuery(ctx, rdListSQLite, rdListPG, rdPageLimit+1) })
 	if err != nil {
-		return nil, fmt.Errorf("list_processes deep page: %w", err)
+		return nil, fmt.Errorf("list_processes: %w", err)
 	}
-	raw, err := rdMeasure(ctx, calls/10, calls, func(ctx context.Context) error {
-		return s.rdRawQuery(ctx, rdListSQLite, rdListPG, rdPageLimit+1)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list_processes baseline: %w", err)
-	}
+	viaHTTP, deep, raw := got[0], got[1], got[2]
 	env.Logf("  list_processes at %d rows: p50 %s p99 %s; deep page p50 %s p99 %s; raw SQL p50 %s p99 %s", large,
 		rdMicros(viaHTTP.p50), rdMicros(viaHTTP.p99), rdMicros(deep.p50), rdMicros(deep.p99), rdMicros(raw.p50), rdMicros(raw.p99))
 	ratio := float64(viaHTTP.p99) / float64(raw.p99)

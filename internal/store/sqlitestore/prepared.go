@@ -34,15 +34,29 @@ func newPrepared(db *sql.DB) *prepared {
 // same pool: preparing needs a free connection, and the writer has one.
 func (p *prepared) stmt(ctx context.Context, query string) *sql.Stmt {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if st, ok := p.m[query]; ok {
+	st, ok := p.m[query]
+	full := len(p.m) >= preparedMax
+	p.mu.Unlock()
+	if ok {
 		return st
 	}
-	if len(p.m) >= preparedMax {
+	if full {
 		return nil
 	}
+	// Prepared without the lock: it may wait for the writer, and callers
+	// whose statements are cached must not wait with it.
 	st, err := p.db.PrepareContext(ctx, query)
 	if err != nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if prev, ok := p.m[query]; ok { // prepared meanwhile by another caller
+		_ = st.Close()
+		return prev
+	}
+	if p.m == nil { // closed meanwhile
+		_ = st.Close()
 		return nil
 	}
 	p.m[query] = st
@@ -54,10 +68,10 @@ func (p *prepared) close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var errs []error
-	for q, st := range p.m {
+	for _, st := range p.m {
 		errs = append(errs, st.Close())
-		delete(p.m, q)
 	}
+	p.m = nil
 	return errors.Join(errs...)
 }
 
