@@ -244,7 +244,7 @@ func (g *groupCommit) run(ctx context.Context, q *beatQueue) {
 				t.Stop()
 			}
 		}
-		for g.flushOnce(flushCtx, q) {
+		for ctx.Err() == nil && g.flushOnce(flushCtx, q) {
 		}
 	}
 }
