@@ -151,20 +151,72 @@ func environHas(pid int, kv string, prefix bool) bool {
 
 // generationPIDs lists the live processes carrying the generation marker
 // entry kv in their environment, wherever they are in the process tree and
-// whatever their group or session.
-func generationPIDs(kv string) []int {
+// whatever their group or session. With scope set, only the processes it
+// may hold have their environment read.
+func generationPIDs(kv string, scope *genScope) []int {
 	procs, err := listProcs()
 	if err != nil {
 		return nil
 	}
+	return generationPIDsIn(procs, kv, scope)
+}
+
+// generationPIDsIn is generationPIDs on the scan procs.
+func generationPIDsIn(procs []procInfo, kv string, scope *genScope) []int {
+	var parent map[int]int
+	if scope != nil {
+		parent = make(map[int]int, len(procs))
+		for _, p := range procs {
+			parent[p.pid] = p.ppid
+		}
+	}
 	var pids []int
 	self := os.Getpid()
 	for _, p := range procs {
-		if p.pid != self && p.live() && environHas(p.pid, kv, false) {
+		if p.pid == self || !p.live() || scope != nil && !scope.mayHold(p.pid, parent) {
+			continue
+		}
+		if environHas(p.pid, kv, false) {
 			pids = append(pids, p.pid)
 		}
 	}
 	return pids
+}
+
+// genScope narrows the scan for one generation's processes when this
+// process is a child subreaper: every process of a generation then
+// descends from it (an orphan is reparented to it, not to init), and none
+// descends from another agent's leader (a process only ever moves up its
+// tree). So the environment of a process is read only if it descends from
+// this process other than through another agent's leader, or if the scan
+// cannot follow its ancestry (a parent that exited meanwhile). On a busy
+// host this skips most processes; a restart no longer reads every
+// process's environment (issue #6).
+type genScope struct {
+	self   int
+	leader int              // the generation's own leader
+	others map[int]struct{} // every other agent's leader
+}
+
+// mayHold reports whether process pid may belong to the generation, given
+// the scan's parent of each process.
+func (g *genScope) mayHold(pid int, parent map[int]int) bool {
+	for range len(parent) + 1 { // bounds a (transient) cycle
+		if _, other := g.others[pid]; other && pid != g.leader {
+			return false
+		}
+		ppid, ok := parent[pid]
+		switch {
+		case !ok:
+			return true // exited meanwhile: cannot tell
+		case ppid == g.self:
+			return true
+		case ppid <= 1:
+			return false // init's, or outside our PID namespace
+		}
+		pid = ppid
+	}
+	return true
 }
 
 // signalPIDs sends sig to each pid; one that is gone already is not an

@@ -12,7 +12,7 @@ import (
 // only: a descendant that leaves its agent's group (setsid) is not tracked.
 
 func becomeSubreaper() error                 { return errors.ErrUnsupported }
-func generationPIDs(string) []int            { return nil }
+func generationPIDs(string, *genScope) []int { return nil }
 func signalPIDs([]int, syscall.Signal) error { return nil }
 
 const containSupported = false
@@ -26,9 +26,17 @@ func (r *reaper) startLeader(start func() (int, error)) error {
 	_, err := start()
 	return err
 }
-func (r *reaper) leaderWaited(int) {}
-func (r *reaper) note([]int)       {}
-func (r *reaper) pass() int        { return 0 }
+func (r *reaper) leaderWaited(int)                  {}
+func (r *reaper) note([]int)                        {}
+func (r *reaper) pass() int                         { return 0 }
+func (r *reaper) otherLeaders(int) map[int]struct{} { return nil }
+func (r *reaper) exitPass(string, int, bool) []int  { return nil }
+
+// genScope is unused here: generationPIDs finds nothing.
+type genScope struct {
+	self, leader int
+	others       map[int]struct{}
+}
 
 func (s *Supervisor) reapLoop(ctx context.Context) { <-ctx.Done() }
 

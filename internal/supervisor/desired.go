@@ -39,6 +39,7 @@ type kill struct {
 	byOperator bool          // no backoff and no flap count; a stop then waits for start
 	done       chan struct{} // closed once the process and its generation are gone (optional)
 	immediate  bool          // SIGKILL without the stop grace (a stall kill: the agent is wedged)
+	pid        int           // the process it is meant for; 0: whichever runs
 }
 
 // desiredState is the last known desired status of every agent.
@@ -138,9 +139,9 @@ func (s *Supervisor) applyDesired(ctx context.Context) {
 		switch {
 		case !st.Running:
 		case stopped:
-			s.requestKill(i, kill{reason: "stopped by an operator", reportExit: true, byOperator: true})
+			s.requestKill(i, kill{reason: "stopped by an operator", reportExit: true, byOperator: true, pid: st.PID})
 		case !d.PlannedStopAt.IsZero() && d.PlannedStopAt.After(st.StartedAt):
-			s.requestKill(i, kill{reason: "restarted by an operator", reportExit: true, byOperator: true})
+			s.requestKill(i, kill{reason: "restarted by an operator", reportExit: true, byOperator: true, pid: st.PID})
 		}
 	}
 	s.testSignals.desiredApplied.signal(struct{}{})

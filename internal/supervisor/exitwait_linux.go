@@ -66,6 +66,9 @@ func waitReadable(f *os.File) {
 	_ = rc.Read(func(fd uintptr) bool { return readableOrUnknown(int(fd)) })
 }
 
+// closePidfd closes a pidfd from pidfdAttr.
+func closePidfd(pidfd int) { _ = syscall.Close(pidfd) }
+
 // pollfd is struct pollfd from <poll.h>.
 type pollfd struct {
 	fd      int32

@@ -4,8 +4,11 @@ package supervisor
 
 import (
 	"context"
+	"errors"
+	"maps"
 	"os"
 	"os/signal"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -80,6 +83,15 @@ func (r *reaper) note(pids []int) {
 	}
 }
 
+// otherLeaders copies the set of running leaders but leader.
+func (r *reaper) otherLeaders(leader int) map[int]struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	others := maps.Clone(r.leaders)
+	delete(others, leader)
+	return others
+}
+
 // leaderWaited forgets leader pid once os/exec has reaped it.
 func (r *reaper) leaderWaited(pid int) {
 	r.mu.Lock()
@@ -96,6 +108,40 @@ func (r *reaper) pass() int {
 	if err != nil {
 		return 0
 	}
+	return r.passLocked(procs)
+}
+
+// exitPass is the check after leader's exit, on one scan of /proc (issue
+// #6: restart latency): it returns the live processes of its generation
+// (marker entry kv), as generationPIDs does, scoped as genScope says when
+// scoped is set, and records them as seen; when there are none, it also
+// runs a pass on the same scan, so that the caller need not.
+func (r *reaper) exitPass(kv string, leader int, scoped bool) []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	procs, err := listProcs()
+	if err != nil {
+		return nil
+	}
+	var scope *genScope
+	if scoped {
+		scope = &genScope{self: r.self, leader: leader, others: r.leaders}
+	}
+	pids := generationPIDsIn(procs, kv, scope)
+	if len(pids) > 0 {
+		for _, pid := range pids {
+			if _, isLeader := r.leaders[pid]; !isLeader {
+				r.seen[pid] = struct{}{}
+			}
+		}
+		return pids
+	}
+	r.passLocked(procs)
+	return nil
+}
+
+// passLocked is pass on the scan procs, with mu held.
+func (r *reaper) passLocked(procs []procInfo) int {
 	selfSID := -1
 	parent, present := r.scratchParent, r.scratchPresent
 	groups, sessions := r.scratchGroups, r.scratchSessions
@@ -163,6 +209,58 @@ func (r *reaper) pass() int {
 	return reaped
 }
 
+// mayHaveAdopted reports whether this process may have a child that is not
+// a running agent's leader — an adopted orphan, alive or dead, or a child of
+// other code in this process — by reading its threads' children lists
+// (/proc/self/task/*/children). Most SIGCHLDs come from a leader's exit,
+// and this spares them a full scan of /proc (issue #6: restart latency).
+// The lists are not read atomically, so a child may be missed; the next
+// tick's pass then reaps it. Any error answers true.
+func (r *reaper) mayHaveAdopted() bool {
+	tids, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return true
+	}
+	buf := procBufs.Get().(*[]byte)
+	defer procBufs.Put(buf)
+	// Read without mu, so that starts are not held up: a leader seen here
+	// while it starts is registered by the time mu is ours (startLeader
+	// holds mu until it is), and one waited meanwhile only costs a pass.
+	var children []int
+	for _, t := range tids {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		list, err := readProcFile(r.self, "task/"+strconv.Itoa(tid)+"/children", buf)
+		if err != nil {
+			if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ESRCH) {
+				continue // the thread exited meanwhile
+			}
+			return true
+		}
+		for len(list) > 0 {
+			var f []byte
+			if f, list, _ = nextStatField(list); len(f) == 0 {
+				break
+			}
+			pid, ok := atoiBytes(f)
+			if !ok {
+				return true
+			}
+			children = append(children, pid)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, pid := range children {
+		if _, leader := r.leaders[pid]; !leader {
+			return true
+		}
+	}
+	return false
+}
+
 // descends reports whether pid has ancestor in the parent map.
 func descends(pid, ancestor int, parent map[int]int) bool {
 	for range len(parent) { // bounds a (transient) cycle
@@ -192,6 +290,9 @@ func (s *Supervisor) reapLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-sigchld:
+			if !s.reaper.mayHaveAdopted() {
+				continue // a leader exited: os/exec reaps it, no scan needed
+			}
 		case <-tick.C:
 		}
 		s.reaper.pass()

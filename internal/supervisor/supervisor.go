@@ -181,6 +181,9 @@ type Supervisor struct {
 	// quiet agent's first output (Linux, while Run runs); nil: a goroutine
 	// per leader and per output stream does the waiting.
 	watcher *fdWatcher
+	// subreaper is set once Run made this process the child subreaper of
+	// its descendants: a generation's processes then all descend from it.
+	subreaper bool
 	// reapInterval is how often the reaper looks for adopted orphans besides
 	// on SIGCHLD: an orphan seen alive is reapable by pid when it dies.
 	reapInterval time.Duration
@@ -322,6 +325,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.logger.Info("supervisor starting", "agents", len(s.agents))
 	if err := becomeSubreaper(); err != nil && containSupported {
 		s.logger.Warn("cannot adopt orphaned descendants; containment is by process group only", "err", err)
+	} else if err == nil {
+		s.subreaper = true
 	}
 	if n := s.killOrphanedGenerations(ctx); n > 0 {
 		s.testSignals.orphansKilled.signal(n)
@@ -489,47 +494,64 @@ func (s *Supervisor) runOnce(ctx context.Context, i, attempt int, log *slog.Logg
 		defer stopCheck()
 	}
 
-	select {
-	case <-waited:
-		runTime = time.Since(started)
-		s.recordExit(i, logExit(log, slog.LevelWarn, "agent exited", pid, cmd.ProcessState, runTime))
-		// The leader is gone; anything it left, in its group or escaped
-		// from it, would be orphaned by the restart, so it goes too.
-		if s.generationRunning(pid, gen) {
-			log.Warn("agent left processes in its group; stopping them", "pgid", pid)
-			s.stopGeneration(log, pid, gen, waited)
-		}
-		s.reaper.pass()
-		out.finish(outputDrainTimeout)
-		s.report(log, exitEvent(a.Name, cmd.ProcessState, runTime, tail.String()))
-		s.testSignals.exited.signal(s.Status()[i].LastExit)
-		return runTime, true, kill{}
-	case killed = <-s.kills[i]:
-		// Killed on purpose: a stall kill (its own event says why), or an
-		// operator's stop or restart (an exit event, which their planned
-		// stop marks suppressed).
-		if killed.immediate {
-			s.stopGenerationWithin(log, pid, gen, waited, 0)
-		} else {
-			s.stopGeneration(log, pid, gen, waited)
-		}
-		s.reaper.pass()
-		if killed.done != nil {
-			close(killed.done)
-		}
-		runTime = time.Since(started)
-		s.recordExit(i, killed.reason+": "+logExit(log, slog.LevelWarn, "agent killed: "+killed.reason, pid, cmd.ProcessState, runTime))
-		if killed.reportExit {
+	// Wait for the exit, a kill or the end; a kill meant for an earlier
+	// process is dropped.
+	for {
+		select {
+		case <-waited:
+			runTime = time.Since(started)
+			s.recordExit(i, logExit(log, slog.LevelWarn, "agent exited", pid, cmd.ProcessState, runTime))
+			// The leader is gone; anything it left, in its group or escaped
+			// from it, would be orphaned by the restart, so it goes too. One
+			// scan of /proc looks for it and, when there is none, also reaps
+			// what the generation left (exitPass).
+			if groupRunning(pid) || len(s.reaper.exitPass(gen, pid, s.subreaper)) > 0 {
+				log.Warn("agent left processes in its group; stopping them", "pgid", pid)
+				s.stopGeneration(log, pid, gen, waited)
+				s.reaper.pass()
+			}
 			out.finish(outputDrainTimeout)
 			s.report(log, exitEvent(a.Name, cmd.ProcessState, runTime, tail.String()))
 			s.testSignals.exited.signal(s.Status()[i].LastExit)
-			return runTime, true, killed
+			return runTime, true, kill{}
+		case killed = <-s.kills[i]:
+			if killed.pid != 0 && killed.pid != pid {
+				// Meant for an earlier process of this agent, which is gone
+				// (a desired-state poll that read the status before the
+				// restart): not for this one.
+				if killed.done != nil {
+					close(killed.done)
+				}
+				killed = kill{}
+				continue
+			}
+			// Killed on purpose: a stall kill (its own event says why), or an
+			// operator's stop or restart (an exit event, which their planned
+			// stop marks suppressed).
+			if killed.immediate {
+				s.stopGenerationWithin(log, pid, gen, waited, 0)
+			} else {
+				s.stopGeneration(log, pid, gen, waited)
+			}
+			s.reaper.pass()
+			if killed.done != nil {
+				close(killed.done)
+			}
+			runTime = time.Since(started)
+			s.recordExit(i, killed.reason+": "+logExit(log, slog.LevelWarn, "agent killed: "+killed.reason, pid, cmd.ProcessState, runTime))
+			if killed.reportExit {
+				out.finish(outputDrainTimeout)
+				s.report(log, exitEvent(a.Name, cmd.ProcessState, runTime, tail.String()))
+				s.testSignals.exited.signal(s.Status()[i].LastExit)
+				return runTime, true, killed
+			}
+		case <-ctx.Done():
+			s.stopGeneration(log, pid, gen, waited)
+			s.reaper.pass()
+			runTime = time.Since(started)
+			s.recordExit(i, logExit(log, slog.LevelInfo, "agent stopped", pid, cmd.ProcessState, runTime))
 		}
-	case <-ctx.Done():
-		s.stopGeneration(log, pid, gen, waited)
-		s.reaper.pass()
-		runTime = time.Since(started)
-		s.recordExit(i, logExit(log, slog.LevelInfo, "agent stopped", pid, cmd.ProcessState, runTime))
+		break
 	}
 	out.finish(outputDrainTimeout)
 	s.testSignals.exited.signal(s.Status()[i].LastExit)
@@ -544,7 +566,7 @@ func (s *Supervisor) waitExit(pidfd int, reapLeader func()) {
 	if s.watcher != nil && pidfd >= 0 {
 		_, err := s.watcher.watch(pidfd, func() {
 			reapLeader()
-			_ = syscall.Close(pidfd)
+			closePidfd(pidfd)
 		})
 		if err == nil {
 			return
@@ -684,7 +706,7 @@ func (s *Supervisor) stopGenerationWithin(log *slog.Logger, pgid int, gen string
 		if err := terminateGroup(pgid); err != nil {
 			log.Error("stop agent", "pgid", pgid, "err", err)
 		}
-		if err := signalPIDs(s.generationPIDs(gen), syscall.SIGTERM); err != nil {
+		if err := signalPIDs(s.generationPIDs(pgid, gen), syscall.SIGTERM); err != nil {
 			log.Error("stop agent's descendants", "pgid", pgid, "err", err)
 		}
 		grace := time.NewTimer(stopGrace)
@@ -698,7 +720,7 @@ func (s *Supervisor) stopGenerationWithin(log *slog.Logger, pgid int, gen string
 		if err := killGroup(pgid); err != nil {
 			log.Error("kill agent", "pgid", pgid, "err", err)
 		}
-		if err := signalPIDs(s.generationPIDs(gen), syscall.SIGKILL); err != nil {
+		if err := signalPIDs(s.generationPIDs(pgid, gen), syscall.SIGKILL); err != nil {
 			log.Error("kill agent's descendants", "pgid", pgid, "err", err)
 		}
 	}
@@ -714,14 +736,19 @@ func (s *Supervisor) stopGenerationWithin(log *slog.Logger, pgid int, gen string
 // generationRunning reports whether a process of group pgid, or one
 // carrying the generation marker gen, is running.
 func (s *Supervisor) generationRunning(pgid int, gen string) bool {
-	return groupRunning(pgid) || len(s.generationPIDs(gen)) > 0
+	return groupRunning(pgid) || len(s.generationPIDs(pgid, gen)) > 0
 }
 
-// generationPIDs lists the live processes carrying marker gen, and tells
-// the reaper about them, so that it reaps them once they die even if its
-// own scans never saw them alive.
-func (s *Supervisor) generationPIDs(gen string) []int {
-	pids := generationPIDs(gen)
+// generationPIDs lists the live processes carrying marker gen (the
+// generation led by pgid), and tells the reaper about them, so that it
+// reaps them once they die even if its own scans never saw them alive.
+// As a subreaper, only its own descendants may carry the marker (genScope).
+func (s *Supervisor) generationPIDs(pgid int, gen string) []int {
+	var scope *genScope
+	if s.subreaper {
+		scope = &genScope{self: os.Getpid(), leader: pgid, others: s.reaper.otherLeaders(pgid)}
+	}
+	pids := generationPIDs(gen, scope)
 	s.reaper.note(pids)
 	return pids
 }
