@@ -20,9 +20,10 @@ type fdWatcher struct {
 	epfd         int
 	wakeR, wakeW int // a pipe that ends the loop
 
-	mu    sync.Mutex
-	next  int32
-	funcs map[int32]func() // by epoll token, until fired or cancelled
+	mu     sync.Mutex
+	next   int32
+	funcs  map[int32]func() // by epoll token, until fired or cancelled
+	closed bool             // the loop has ended: watch refuses, its callers fall back
 
 	done chan struct{}
 }
@@ -57,6 +58,9 @@ func newFDWatcher() (*fdWatcher, error) {
 func (w *fdWatcher) watch(fd int, fn func()) (cancel func() bool, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.closed {
+		return nil, errors.New("fd watcher stopped")
+	}
 	w.next++
 	if w.next <= wakeToken { // wrapped
 		w.next = wakeToken + 1
@@ -81,6 +85,11 @@ func (w *fdWatcher) watch(fd int, fn func()) (cancel func() bool, err error) {
 
 func (w *fdWatcher) loop() {
 	defer close(w.done)
+	defer func() {
+		w.mu.Lock()
+		w.closed = true
+		w.mu.Unlock()
+	}()
 	var events [64]syscall.EpollEvent
 	for {
 		n, err := syscall.EpollWait(w.epfd, events[:], -1)
@@ -91,6 +100,7 @@ func (w *fdWatcher) loop() {
 			// Cannot happen with a valid epfd; fire every watch rather
 			// than leave their owners waiting forever.
 			w.mu.Lock()
+			w.closed = true
 			for token, fn := range w.funcs {
 				delete(w.funcs, token)
 				go fn()
@@ -98,9 +108,11 @@ func (w *fdWatcher) loop() {
 			w.mu.Unlock()
 			return
 		}
+		stop := false
 		for _, ev := range events[:n] {
 			if ev.Fd == wakeToken {
-				return
+				stop = true
+				continue
 			}
 			w.mu.Lock()
 			fn, ok := w.funcs[ev.Fd]
@@ -109,6 +121,9 @@ func (w *fdWatcher) loop() {
 			if ok {
 				go fn()
 			}
+		}
+		if stop {
+			return
 		}
 	}
 }
