@@ -176,7 +176,7 @@ func (s *Store) ProcessGet(ctx context.Context, instanceID string, now time.Time
 
 // ProcessLatest implements store.Store.
 func (s *Store) ProcessLatest(ctx context.Context, kind string, now time.Time) (*vigiltype.Process, error) {
-	proc, err := scanProcess(s.pool.QueryRow(ctx, processLatestSQL, kind), utcMS(now))
+	proc, err := scanProcess(s.pool.QueryRow(ctx, processLatestSQL, processReadMode, kind), utcMS(now))
 	err = interpretError(err)
 	if errors.Is(err, vigiltype.ErrNotFound) {
 		return nil, fmt.Errorf("process kind %q: %w", kind, vigiltype.ErrNotFound)
@@ -194,7 +194,7 @@ func (s *Store) ProcessList(ctx context.Context, p store.ProcessListParams) ([]*
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, query, args)
+	rows, err := s.pool.Query(ctx, query, processReadMode, args)
 	if err != nil {
 		return nil, fmt.Errorf("list processes: %w", interpretError(err))
 	}

@@ -18,6 +18,16 @@ import (
 // processes_kind_started_idx (process_kind, started_at DESC, instance_id
 // DESC), the listing processes_started_idx or the kind or host index.
 
+// processReadMode runs the read queries unprepared (one round trip: parse,
+// bind, execute), so PostgreSQL plans each with the values it is given. pgx
+// otherwise keeps statements prepared, and after five executions
+// PostgreSQL may switch to a generic plan made without the values: for
+// process_status it then chose, depending on the sample ANALYZE took,
+// processes_started_idx filtered on the kind, which reads the history back
+// to the kind's last start (for a kind that has not started lately, all of
+// it), instead of one probe of processes_kind_started_idx.
+const processReadMode = pgx.QueryExecModeExec
+
 // processLatestSQL is process_status: the most recently started instance
 // of a kind (one parameter, the kind).
 const processLatestSQL = `

@@ -57,6 +57,12 @@ func TestReadPlansUseIndexes(t *testing.T) {
 			require.NoError(t, err)
 			plan := explain(t, s, query, args...)
 			requireIndexed(t, "list_processes "+name, plan)
+			switch {
+			case p.Kind != "":
+				require.Contains(t, plan, "processes_kind_started_idx", "list_processes %s", name)
+			case p.Host != "":
+				require.Contains(t, plan, "processes_host_started_idx", "list_processes %s", name)
+			}
 			if p.After != nil {
 				require.Regexp(t, `SEARCH processes USING INDEX \w+ \(.*\(started_at,instance_id\)<\(\?,\?\)\)`, plan,
 					"list_processes %s: the cursor must be a range on the index", name)
