@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "modernc.org/sqlite" // the driver sqlitestore uses, for the baselines
 
@@ -269,7 +270,8 @@ func (s *rdServer) rdRawQuery(ctx context.Context, sqliteSQL, pgSQL string, arg 
 			return err
 		}
 	case rdPostgres:
-		rows, err := s.pg.Query(ctx, pgSQL, arg)
+		// Unprepared, as pgstore runs its process reads (processReadMode).
+		rows, err := s.pg.Query(ctx, pgSQL, pgx.QueryExecModeExec, arg)
 		if err != nil {
 			return err
 		}
