@@ -86,7 +86,7 @@
 // os/exec still owns the leader's status but no OS thread sits in a blocked
 // wait per agent. An output pipe's copier goroutine starts at the agent's
 // first output. An idle agent thus costs its supervising goroutine and a few
-// descriptors (issue #6: about 12 KiB per agent after a GC, 20 KiB of RSS
+// descriptors (issue #6: about 12 KiB per agent after a GC, 18 KiB of RSS
 // with the collector's slack, against about 24 KiB for a blocked cmd.Wait
 // per child). Without the loop (another OS, or epoll unavailable) each
 // leader's goroutine parks on its pidfd, and failing that blocks in
