@@ -19,6 +19,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The supervisor's rows (issue #6):
@@ -375,9 +377,8 @@ func runSupervisorMemory(ctx context.Context, env Env) ([]Row, error) {
 // supCheckProcessLimit fails early when RLIMIT_NPROC (ulimit -u) leaves no
 // room for need more processes and threads.
 func supCheckProcessLimit(need int) error {
-	const rlimitNPROC = 6 // RLIMIT_NPROC on Linux
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(rlimitNPROC, &lim); err != nil {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NPROC, &lim); err != nil {
 		return nil // unknown: try
 	}
 	if lim.Cur != ^uint64(0) && lim.Cur < uint64(need) {
