@@ -80,6 +80,15 @@ type Store interface {
 	// the instance's current_task_id/type (DESIGN L6). It returns nil, nil
 	// when nothing is claimable.
 	TaskClaim(ctx context.Context, p TaskClaimParams) (*vigiltype.Task, error)
+	// TaskClaimBatch takes up to Max claimable tasks of Types for
+	// InstanceID in one transaction, in the order single claims would take
+	// them (oldest run_after, then task id), and returns them in that
+	// order; an empty slice when nothing is claimable. Each task is claimed
+	// exactly as TaskClaim claims one (its own lease_epoch + 1, lease_owner,
+	// started_at, …), concurrent batches never take the same task, and the
+	// instance's current_task_id/type name the last task taken. ErrInvalid
+	// (max_tasks) for a Max outside 1–TaskClaimBatchMax.
+	TaskClaimBatch(ctx context.Context, p TaskClaimBatchParams) ([]*vigiltype.Task, error)
 	// TaskHeartbeat renews a held lease (DESIGN T3, T4): last_heartbeat_at
 	// = Now, heartbeat_schema_version = SchemaVersion, last_activity_at =
 	// the later of its value and ActivityAt (v2), and lease_expires_at =

@@ -25,6 +25,13 @@ const claimTypesIndexedMax = 32
 // every scheduled task of those types and sort them, on every claim: its
 // cost grew with the backlog (issue #6).
 func claimPickSQL(types []string) (string, []any, error) {
+	return claimPickLimitSQL(types, "1")
+}
+
+// claimPickLimitSQL is claimPickSQL picking up to limit tasks (an SQL
+// expression: "1", or a parameter such as "@max" for a batch claim), in
+// claim order, for an UPDATE … WHERE task_id IN (…).
+func claimPickLimitSQL(types []string, limit string) (string, []any, error) {
 	types = slices.Compact(slices.Sorted(slices.Values(types)))
 	if len(types) > claimTypesIndexedMax {
 		list, err := json.Marshal(types)
@@ -36,7 +43,7 @@ func claimPickSQL(types []string) (string, []any, error) {
 			WHERE status = 'scheduled' AND run_after <= @now
 				AND task_type IN (SELECT value FROM json_each(@types))
 			ORDER BY run_after, task_id
-			LIMIT 1)`, []any{sql.Named("types", string(list))}, nil
+			LIMIT ` + limit + `)`, []any{sql.Named("types", string(list))}, nil
 	}
 	branches := make([]string, len(types))
 	args := make([]any, len(types))
@@ -45,7 +52,7 @@ func claimPickSQL(types []string) (string, []any, error) {
 		branches[i] = `SELECT task_id, run_after FROM tasks
 			WHERE status = 'scheduled' AND task_type = @` + name + ` AND run_after <= @now
 			ORDER BY run_after, task_id
-			LIMIT 1`
+			LIMIT ` + limit
 		args[i] = sql.Named(name, typ)
 	}
 	if len(branches) == 1 {
@@ -57,5 +64,5 @@ func claimPickSQL(types []string) (string, []any, error) {
 	return `(
 		SELECT task_id FROM (` + strings.Join(branches, "\n\t\tUNION ALL\n\t\t") + `)
 		ORDER BY run_after, task_id
-		LIMIT 1)`, args, nil
+		LIMIT ` + limit + `)`, args, nil
 }

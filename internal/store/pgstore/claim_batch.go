@@ -1,0 +1,97 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/vigil-fleet/vigil/internal/store"
+	"github.com/vigil-fleet/vigil/vigiltype"
+)
+
+// claimBatchPickSQL is claimPickSQL for up to @max tasks: each type's scan
+// of tasks_claim_idx locks up to @max unlocked rows (FOR UPDATE SKIP
+// LOCKED, so concurrent batches pass each other's rows by), and the oldest
+// @max of them win; the rest stay locked only until the transaction ends.
+const claimBatchPickSQL = `
+	SELECT c.task_id FROM unnest(@types::text[]) AS ty(task_type)
+	CROSS JOIN LATERAL (
+		SELECT task_id, run_after FROM tasks
+		WHERE status = 'scheduled' AND task_type = ty.task_type AND run_after <= @now
+		ORDER BY run_after, task_id
+		LIMIT @max
+		FOR UPDATE SKIP LOCKED) AS c
+	ORDER BY c.run_after, c.task_id
+	LIMIT @max`
+
+// TaskClaimBatch implements store.Store: one statement picks and locks up
+// to @max tasks and claims each (claimSetSQL: its own lease_epoch + 1), in
+// the same transaction as the claimer check and the current task, so a
+// batch costs one commit whatever its size.
+func (s *Store) TaskClaimBatch(ctx context.Context, p store.TaskClaimBatchParams) ([]*vigiltype.Task, error) {
+	if err := p.Check(); err != nil {
+		return nil, err
+	}
+	now := utcMS(p.Now)
+	args := pgx.StrictNamedArgs{
+		"instance_id":      p.InstanceID,
+		"now":              now,
+		"default_lease_ms": p.LeaseTimeout.Milliseconds(),
+		"types":            p.Types,
+		"max":              p.Max,
+	}
+	// The UPDATE's RETURNING order is unspecified; the outer SELECT puts
+	// the batch in claim order.
+	claimSQL := `
+		WITH next AS (` + claimBatchPickSQL + `),
+		claimed AS (
+			UPDATE tasks SET ` + claimSetSQL + `
+			WHERE task_id IN (SELECT task_id FROM next) AND status = 'scheduled'
+			RETURNING *)
+		SELECT ` + taskColumns + ` FROM claimed ORDER BY run_after, task_id`
+
+	var tasks []*vigiltype.Task
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var (
+			exitedAt   *time.Time
+			aliveUntil time.Time
+		)
+		err := interpretError(tx.QueryRow(ctx, `
+			SELECT exited_at, alive_until FROM processes WHERE instance_id = $1
+			FOR NO KEY UPDATE`, p.InstanceID).Scan(&exitedAt, &aliveUntil))
+		switch {
+		case err != nil: // ErrNotFound included
+			return err
+		case exitedAt != nil:
+			return vigiltype.ErrInstanceExited
+		case aliveUntil.Before(now):
+			return fmt.Errorf("alive window ended %s: %w",
+				aliveUntil.UTC().Format(timeLayout), vigiltype.ErrInstanceStopped)
+		}
+
+		rows, err := tx.Query(ctx, claimSQL, args)
+		if err != nil {
+			return interpretError(err)
+		}
+		if tasks, err = scanTasks(rows); err != nil {
+			return interpretError(err)
+		}
+		if len(tasks) == 0 {
+			return nil
+		}
+		last := tasks[len(tasks)-1]
+		_, err = tx.Exec(ctx, `
+			UPDATE processes SET current_task_id = $1, current_task_type = $2 WHERE instance_id = $3`,
+			last.TaskID, last.TaskType, p.InstanceID)
+		return interpretError(err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim up to %d tasks for process %s: %w", p.Max, p.InstanceID, err)
+	}
+	if tasks == nil {
+		tasks = []*vigiltype.Task{}
+	}
+	return tasks, nil
+}
