@@ -52,9 +52,16 @@ type AgentTimeline struct {
 	// window, oldest first: from started_at to exited_at, to the last
 	// heartbeat of an instance that went silent, or to the window's end for
 	// one still alive. The gaps between spans are down time.
-	Up           []Span `json:"up"`
-	Marks        []Mark `json:"marks"` // oldest first
+	Up    []Span `json:"up"`
+	Marks []Mark `json:"marks"` // oldest first
+	// PlannedStops is the active planned stop marker (DESIGN E2): the
+	// stretch in which the agent's exits are written suppressed. It says
+	// nothing about whether the agent runs; DeclaredStopped does.
 	PlannedStops []Span `json:"planned_stops"`
+	// DeclaredStopped is the stretch since the registry record was marked
+	// stopped (stopped_at to the window's end) while it still is: the
+	// operator keeps the agent down on purpose. Empty for an active agent.
+	DeclaredStopped []Span `json:"declared_stopped"`
 	// Truncated: the agent had more instances or events in the window than
 	// were read; the oldest are missing from the strip.
 	Truncated bool `json:"truncated"`
@@ -71,7 +78,7 @@ type Timeline struct {
 // instances (any order), its events (any order) and its planned stop (nil
 // when none). It reads nothing and is the unit the tests pin down.
 func BuildAgentTimeline(agent string, from, to time.Time, procs []*vigiltype.Process, evs []*vigiltype.ProcessEvent, stop *vigiltype.PlannedStop) AgentTimeline {
-	tl := AgentTimeline{Agent: agent, Up: []Span{}, Marks: []Mark{}, PlannedStops: []Span{}}
+	tl := AgentTimeline{Agent: agent, Up: []Span{}, Marks: []Mark{}, PlannedStops: []Span{}, DeclaredStopped: []Span{}}
 	var spans []Span
 	for _, p := range procs {
 		end := to
@@ -152,7 +159,7 @@ func (s *Service) Timeline(ctx context.Context, window time.Duration) (*Timeline
 	if window < 0 || window > WindowMax {
 		return nil, vigiltype.Invalid("window_s", fmt.Sprintf("must be between 0 and %d seconds", int64(WindowMax.Seconds())))
 	}
-	to := s.Now()
+	to := s.Now().Truncate(time.Millisecond) // the precision the stores keep
 	from := to.Add(-window)
 	agents, err := s.Registry.List(ctx)
 	if err != nil {
@@ -175,6 +182,11 @@ func (s *Service) Timeline(ctx context.Context, window time.Duration) (*Timeline
 		at := BuildAgentTimeline(a.Name, from, to, procs, evs, stop)
 		at.Truncated = moreProcs || moreEvents
 		at.RegisteredAt = a.CreatedAt
+		if a.Status == vigiltype.AgentStopped && a.StoppedAt != nil {
+			if s, ok := clip(Span{From: *a.StoppedAt, To: to}, from, to); ok {
+				at.DeclaredStopped = append(at.DeclaredStopped, s)
+			}
+		}
 		tl.Agents = append(tl.Agents, at)
 	}
 	return tl, nil

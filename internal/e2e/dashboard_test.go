@@ -166,4 +166,20 @@ func TestDashboardStaysReadableWithThousandProcesses(t *testing.T) {
 
 	require.NoError(t, chromedp.Do(wait, chromedp.SendKeys(`#proc-filter`, "kind-07")))
 	require.Equal(t, 1, count(`details[data-kind]`))
+
+	// An interval setTimeout cannot take (it would read it as 0 and flood
+	// the server) is refused and said so; the page polls at its default.
+	require.NoError(t, chromedp.Do(wait,
+		chromedp.Navigate(url+"/?interval=1e400"),
+		chromedp.WaitVisible(`#error`),
+		chromedp.Sleep(2*time.Second), // the assertion is a count of requests over time
+	))
+	banner, err := chromedp.Run(wait, chromedp.Evaluate[string](`document.getElementById("error").textContent`))
+	require.NoError(t, err)
+	require.Contains(t, banner, "is not a number of seconds between 0.5 and 3600")
+	polls, err := chromedp.Run(wait, chromedp.Evaluate[int](
+		`performance.getEntriesByType("resource").filter((e) => e.name.includes("/v1/sweepers")).length`))
+	require.NoError(t, err)
+	require.LessOrEqual(t, polls, 3, "polling at the 3 s default, not in a loop (a flood makes hundreds)")
+	require.GreaterOrEqual(t, polls, 1)
 }

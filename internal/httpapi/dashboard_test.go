@@ -79,7 +79,10 @@ func TestTimeline(t *testing.T) {
 	b.clock.Advance(time.Minute)
 	r = b.do("POST", "/v1/events", `{"agent":"crawler","kind":"exit","signal":"SIGTERM"}`)
 	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
-	b.clock.Advance(time.Minute)
+	stoppedAt := b.clock.Now().Add(30 * time.Second)
+	b.clock.Advance(30 * time.Second)
+	require.Equal(t, http.StatusOK, b.do("POST", "/v1/agents/idle-one/mark-stopped", "").status)
+	b.clock.Advance(30 * time.Second)
 
 	r = b.do("GET", "/v1/timeline?window_s=3600", "")
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
@@ -104,6 +107,9 @@ func TestTimeline(t *testing.T) {
 	require.Equal(t, "idle-one", idle.Agent)
 	require.Empty(t, idle.Up)
 	require.NotNil(t, idle.Up, "encoded as [] not null")
+	require.Len(t, idle.DeclaredStopped, 1, "declared stopped on purpose: drawn apart from down time")
+	require.True(t, idle.DeclaredStopped[0].From.Equal(stoppedAt) && idle.DeclaredStopped[0].To.Equal(now))
+	require.Empty(t, crawler.DeclaredStopped, "an active agent has none")
 
 	for _, q := range []string{"window_s=0", "window_s=-1", "window_s=abc", "window_s=259201"} {
 		r := b.do("GET", "/v1/timeline?"+q, "")

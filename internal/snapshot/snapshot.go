@@ -260,7 +260,7 @@ func (s *Service) Take(ctx context.Context) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: list agents: %w", err)
 	}
-	snap := &Snapshot{TakenAt: s.cfg.Clock.Now(), Hostname: s.cfg.Hostname, Agents: make([]*Agent, 0, len(agents)+1)}
+	snap := &Snapshot{TakenAt: s.cfg.Clock.Now().Truncate(time.Millisecond), Hostname: s.cfg.Hostname, Agents: make([]*Agent, 0, len(agents)+1)}
 	snap.Agents = append(snap.Agents, s.selfRow())
 	for _, a := range agents {
 		snap.Agents = append(snap.Agents, s.agentRow(ctx, a))

@@ -4,7 +4,14 @@
 
 (function () {
   const params = new URLSearchParams(location.search);
-  const intervalS = Math.max(0.5, Number(params.get("interval")) || 3);
+  // Poll interval in seconds: ?interval=, 0.5–3600, default 3. A value out
+  // of range is refused (said in the banner), never passed to setTimeout,
+  // which would read a huge or infinite delay as 0 and flood the server.
+  const intervalMin = 0.5, intervalMax = 3600, intervalDefault = 3;
+  const intervalRaw = params.get("interval");
+  const intervalAsked = intervalRaw === null ? intervalDefault : Number(intervalRaw);
+  const intervalOK = Number.isFinite(intervalAsked) && intervalAsked >= intervalMin && intervalAsked <= intervalMax;
+  const intervalS = intervalOK ? intervalAsked : intervalDefault;
   const timelineEveryS = 15;
   const rowsPerKind = 10; // rows shown per process kind before "show all"
   const svgNS = "http://www.w3.org/2000/svg";
@@ -113,7 +120,7 @@
       const by = {};
       for (const a of d.snapshot.agents) by[a.operational_state] = (by[a.operational_state] || 0) + 1;
       for (const k of ["working", "idle", "down", "telemetry_missing"]) {
-        if (by[k] || k === "down") tiles.push(["agents " + k.replace("_", " "), by[k] || 0, k === "down" || k === "telemetry_missing" ? (by[k] ? "bad" : "") : "ok"]);
+        if (by[k] || k !== "telemetry_missing") tiles.push(["agents " + k.replace("_", " "), by[k] || 0, k === "down" || k === "telemetry_missing" ? (by[k] ? "bad" : "") : "ok"]);
       }
     }
     if (d.tasks) tiles.push(["tasks running", d.tasks.length, ""]);
@@ -148,6 +155,7 @@
         for (const u of a.up) first = Math.min(first, ms(u.from));
         for (const m of a.marks) first = Math.min(first, ms(m.at));
         for (const p of a.planned_stops) first = Math.min(first, ms(p.from));
+        for (const d of a.declared_stopped || []) first = Math.min(first, ms(d.from));
       }
       from = Math.max(from, Math.min(to - 5 * 60000, first - (to - first) * 0.05));
     }
@@ -162,16 +170,22 @@
     const x = (t) => Math.max(0, Math.min(1000, ((ms(t) - from) / span) * 1000));
     const el = svg("svg", { class: "strip", viewBox: "0 0 1000 20", preserveAspectRatio: "none", role: "img", "data-agent": agent });
     el.append(svg("title", {}, document.createTextNode(agent + ": last " + dur(span))));
+    el.append(svg("rect", { class: "track", x: 0, y: 4, width: 1000, height: 12 })); // before registration
     const since = x(row.registered_at); // not down before it was registered
     el.append(svg("rect", { class: "down", x: since, y: 4, width: 1000 - since, height: 12 }));
+    for (const d of row.declared_stopped || []) {
+      const r = svg("rect", { class: "declared-stopped", x: x(d.from), y: 4, width: Math.max(1, x(d.to) - x(d.from)), height: 12 });
+      r.append(svg("title", {}, document.createTextNode("declared stopped since " + clockTime(d.from))));
+      el.append(r);
+    }
     for (const u of row.up) {
       const r = svg("rect", { class: "up", x: x(u.from), y: 4, width: Math.max(1, x(u.to) - x(u.from)), height: 12 });
       r.append(svg("title", {}, document.createTextNode("up " + clockTime(u.from) + " – " + clockTime(u.to))));
       el.append(r);
     }
     for (const p of row.planned_stops) {
-      const r = svg("rect", { class: "planned", x: x(p.from), y: 0, width: Math.max(2, x(p.to) - x(p.from)), height: 20 });
-      r.append(svg("title", {}, document.createTextNode("planned stop until " + clockTime(p.to))));
+      const r = svg("rect", { class: "planned", x: x(p.from), y: 0, width: Math.max(2, x(p.to) - x(p.from)), height: 3 });
+      r.append(svg("title", {}, document.createTextNode("planned stop marker: exits until " + clockTime(p.to) + " are written suppressed")));
       el.append(r);
     }
     for (const m of row.marks) {
@@ -236,7 +250,7 @@
         h("tr", { "data-instance": p.instance_id, "data-status": p.status },
           h("td", { title: p.instance_id }, h("code", {}, short(p.instance_id))),
           h("td", {}, badge(p.status)),
-          h("td", {}, p.hostname), h("td", { class: "num" }, p.pid),
+          h("td", { class: "host", title: p.hostname }, p.hostname), h("td", { class: "num" }, p.pid),
           h("td", {}, ago(p.started_at)),
           h("td", {}, heartbeatBar(p)),
           h("td", {}, p.current_task_id != null ? "#" + p.current_task_id + " " + (p.current_task_type || "") : "—")));
@@ -245,7 +259,7 @@
         h("summary", {}, h("strong", {}, kind), " ",
           h("span", { class: "count ok" }, alive + " alive"), " ",
           h("span", { class: "count" }, (list.length - alive) + " stopped")),
-        table(["instance", "status", "host", "pid", "started", "heartbeat age / alive window", "current task"], rows),
+        table(["instance", "status", "host", "pid", "started", "heartbeat age / alive window", "current task"], rows, { class: "procs" }),
         list.length > rowsPerKind ? h("button", { type: "button", class: "more",
           onclick: () => { all ? state.expandedKinds.delete(kind) : state.expandedKinds.add(kind); renderProcesses(state.data.processes, state.data.processesTruncated); } },
         all ? "show newest " + rowsPerKind : "show all " + list.length) : null);
@@ -331,17 +345,24 @@
     const failed = Object.values(errs);
     const conn = document.getElementById("conn");
     const banner = document.getElementById("error");
-    if (failed.some((e) => e.status === 401)) {
+    const unauthorized = failed.some((e) => e.status === 401);
+    if (unauthorized) {
       banner.hidden = false;
-      banner.textContent = "This server needs its bearer token: open " + location.origin + "/#token=<token>.";
+      banner.textContent = (token ? "The server refused this tab's bearer token." : "This server needs its bearer token.") +
+        " Open " + location.origin + "/#token=<token> (the token in the server's --token-file).";
+    } else if (!intervalOK) {
+      banner.hidden = false;
+      banner.textContent = "?interval=" + intervalRaw + " is not a number of seconds between " + intervalMin + " and " + intervalMax +
+        "; polling every " + intervalDefault + " s instead.";
     } else if (failed.length === names.length) {
       banner.hidden = false;
       banner.textContent = "Cannot reach the server: " + failed[0].message + ". Retrying every " + dur(intervalS * 1000) + ".";
     } else {
       banner.hidden = true;
     }
-    conn.dataset.state = failed.length ? (failed.length === names.length ? "down" : "partial") : "live";
-    conn.textContent = failed.length ? (failed.length === names.length ? "offline" : "partial") : "live";
+    const connState = unauthorized ? "unauthorized" : failed.length ? (failed.length === names.length ? "offline" : "partial") : "live";
+    conn.dataset.state = connState === "offline" ? "down" : connState;
+    conn.textContent = connState;
     document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
     state.refreshes++;
     document.body.dataset.refreshes = state.refreshes;
