@@ -157,7 +157,7 @@ func (s *Service) Timeline(ctx context.Context, window time.Duration) (*Timeline
 		window = WindowDefault
 	}
 	if window < 0 || window > WindowMax {
-		return nil, vigiltype.Invalid("window_s", fmt.Sprintf("must be between 0 and %d seconds", int64(WindowMax.Seconds())))
+		return nil, vigiltype.Invalid("window_s", fmt.Sprintf("must be a number of seconds, more than 0 and at most %d", int64(WindowMax.Seconds())))
 	}
 	to := s.Now().Truncate(time.Millisecond) // the precision the stores keep
 	from := to.Add(-window)

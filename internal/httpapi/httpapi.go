@@ -516,7 +516,7 @@ func (a *api) querySeconds(w http.ResponseWriter, r *http.Request, name string, 
 	}
 	secs, err := strconv.ParseFloat(s, 64)
 	if err != nil || secs <= 0 || secs > maxS || secs != secs {
-		a.fail(w, r, vigiltype.Invalid(name, fmt.Sprintf("must be a number of seconds between 0 and %d", int64(maxS))))
+		a.fail(w, r, vigiltype.Invalid(name, fmt.Sprintf("must be a number of seconds, more than 0 and at most %d", int64(maxS))))
 		return 0, false
 	}
 	return time.Duration(secs * float64(time.Second)), true
