@@ -19,13 +19,13 @@ import (
 
 // Row is one line of the results table.
 type Row struct {
-	Path     string  // the hot path, e.g. "heartbeat ingest over HTTP, SQLite"
-	Figure   string  // what vigil reached, e.g. "31,200/s, p99 4.1 ms"
-	Baseline string  // what the baseline reached in the same run
-	Ratio    float64 // figure ÷ baseline in the unit the target names (0: none)
-	Target   string  // the target and ratio to reach, e.g. "≥ 30,000/s; ≥ 0.85×"
-	Met      bool    // whether every part of Target holds
-	Note     string  // for a miss: why, and what would close it
+	Path     string  `json:"path"`     // the hot path, e.g. "heartbeat ingest over HTTP, SQLite"
+	Figure   string  `json:"figure"`   // what vigil reached, e.g. "31,200/s, p99 4.1 ms"
+	Baseline string  `json:"baseline"` // what the baseline reached in the same run
+	Ratio    float64 `json:"ratio"`    // figure ÷ baseline in the unit the target names (0: none)
+	Target   string  `json:"target"`   // the target and ratio to reach, e.g. "≥ 30,000/s; ≥ 0.85×"
+	Met      bool    `json:"met"`      // whether every part of Target holds (never judged in a smoke run)
+	Note     string  `json:"note"`     // for a miss: why, and what would close it
 }
 
 // Env is what every case gets.
@@ -72,10 +72,12 @@ func Cases() []Case {
 // rows in case order. A failing case ends the run with its error.
 func Run(ctx context.Context, env Env, only *regexp.Regexp) ([]Row, error) {
 	var rows []Row
+	matched := 0
 	for _, c := range Cases() {
 		if only != nil && !only.MatchString(c.Name) {
 			continue
 		}
+		matched++
 		if c.NeedsPostgres && env.PostgresURL == "" {
 			env.Logf("skip %s: no PostgreSQL URL (--postgres)", c.Name)
 			continue
@@ -87,18 +89,27 @@ func Run(ctx context.Context, env Env, only *regexp.Regexp) ([]Row, error) {
 			return rows, fmt.Errorf("bench %s: %w", c.Name, err)
 		}
 		env.Logf("done %s in %s", c.Name, time.Since(start).Round(time.Millisecond))
+		if env.Smoke {
+			for i := range got {
+				got[i].Met = false // a smoke run's sizes cannot judge a target
+			}
+		}
 		rows = append(rows, got...)
+	}
+	if matched == 0 {
+		return nil, fmt.Errorf("no case matches --only %q (vigil bench --list names them)", only.String())
 	}
 	return rows, nil
 }
 
 // Machine describes where a run happened.
 type Machine struct {
-	Date     time.Time
-	Host     string
-	CPUs     int
-	OS, Arch string
-	Go       string
+	Date time.Time `json:"date"`
+	Host string    `json:"host"`
+	CPUs int       `json:"cpus"`
+	OS   string    `json:"os"`
+	Arch string    `json:"arch"`
+	Go   string    `json:"go"`
 }
 
 // ThisMachine reads the Machine of the running process.
@@ -125,7 +136,10 @@ func WriteMarkdown(w io.Writer, m Machine, smoke bool, rows []Row) error {
 			ratio = fmt.Sprintf("%.2f×", r.Ratio)
 		}
 		met := "no"
-		if r.Met {
+		switch {
+		case smoke:
+			met = "n/a (smoke)"
+		case r.Met:
 			met = "yes"
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n",

@@ -43,7 +43,14 @@ func TestBenchCommand(t *testing.T) {
 	require.Contains(t, string(data), "| hot path | figure | baseline | ratio | target | met | note |")
 	require.Contains(t, string(data), "Smoke run")
 
+	require.Contains(t, string(data), "n/a (smoke)", "a smoke run judges no target")
+	require.False(t, doc.Rows[0].Met)
+
 	code, _, errOut = run(t, "bench", "--only", "[")
 	require.Equal(t, 1, code)
 	require.True(t, strings.Contains(errOut, "--only"), errOut)
+
+	code, _, errOut = run(t, "bench", "--smoke", "--only", "no-such-case", "--postgres", "")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "no case matches --only")
 }
