@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -240,4 +241,19 @@ func TestEventColumns(t *testing.T) {
 	require.Equal(t, "deferred", eventOutcome(deferred))
 	require.Equal(t, "-", runTime(deferred), "only exits have a run time")
 	require.Equal(t, "killed", eventOutcome(vigiltype.ProcessEvent{Kind: vigiltype.EventExit, Signal: "killed"}))
+}
+
+// A client without the server's token is told which flag carries it.
+func TestUnauthorizedSaysWhichFlag(t *testing.T) {
+	t.Parallel()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte("s3cret-token-0123456789\n"), 0o600))
+	srv := testserver.Start(t, testserver.WithTokenFile(tokenFile))
+
+	code, _, errOut := run(t, "ps", "--server", srv.URL)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "--token-file FILE (env VIGIL_TOKEN_FILE)")
+
+	code, _, errOut = run(t, "ps", "--server", srv.URL, "--token-file", tokenFile)
+	require.Equal(t, exitOK, code, errOut)
 }

@@ -14,6 +14,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/vigil-fleet/vigil/vigiltype"
 )
 
 // Exit codes.
@@ -59,6 +61,9 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	fmt.Fprintln(stderr, "vigil:", err)
+	if errors.Is(err, vigiltype.ErrUnauthorized) {
+		fmt.Fprintln(stderr, "vigil: this server needs its bearer token: --token-file FILE (env VIGIL_TOKEN_FILE), the file the server was started with")
+	}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code
