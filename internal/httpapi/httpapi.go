@@ -282,6 +282,8 @@ func (a *api) taskClaim(w http.ResponseWriter, r *http.Request) {
 		InstanceID string   `json:"instance_id"`
 		TaskTypes  []string `json:"task_types"`
 		TaskID     *int64   `json:"task_id"`
+		// MaxTasks, when sent, makes this a batch claim (claim_batch.go).
+		MaxTasks json.RawMessage `json:"max_tasks"`
 	}
 	if !a.decode(w, r, &p) {
 		return
@@ -294,14 +296,24 @@ func (a *api) taskClaim(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, vigiltype.Invalid("task_id", "give either task_types or task_id, not both"))
 		return
 	}
+	batch, isBatch, err := maxTasks(p.MaxTasks)
+	switch {
+	case err != nil:
+		a.fail(w, r, err)
+		return
+	case isBatch && p.TaskID != nil:
+		a.fail(w, r, vigiltype.Invalid("max_tasks", "give either task_id or max_tasks, not both"))
+		return
+	}
 	token, ok := instanceToken(w, r)
 	if !ok {
 		return
 	}
-	var (
-		t   *vigiltype.Task
-		err error
-	)
+	if isBatch {
+		a.taskClaimBatch(w, r, p.InstanceID, token, p.TaskTypes, batch)
+		return
+	}
+	var t *vigiltype.Task
 	if p.TaskID != nil {
 		t, err = a.Lease.ClaimByID(r.Context(), p.InstanceID, token, *p.TaskID)
 	} else {
