@@ -128,6 +128,13 @@ type Agent struct {
 	// os.Hostname() and os.Getpid().
 	Hostname string
 	PID      int
+	// Concurrency is how many tasks the agent runs at once (0 means 1).
+	// With 1 it claims and runs one task at a time. With more it claims up
+	// to its free slots in one request (Client.ClaimBatch, at most
+	// ClaimBatchMax a request) and runs each task in its own goroutine,
+	// each under its own lease with its own heartbeats, cancellation and
+	// outcome, exactly as a lone task. Needs a server that knows max_tasks.
+	Concurrency int
 
 	mu      sync.Mutex
 	inst    string // current instance id
@@ -203,7 +210,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	liveCtx, stopLive := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	wg.Go(func() { r.livenessLoop(liveCtx, sent) })
-	r.pollLoop(ctx)
+	if r.slots > 1 {
+		r.pollLoopBatch(ctx)
+	} else {
+		r.pollLoop(ctx)
+	}
 	stopLive()
 	wg.Wait()
 
@@ -228,6 +239,7 @@ type runner struct {
 	types  []string
 	host   string
 	pid    int
+	slots  int // Agent.Concurrency, at least 1
 
 	mu       sync.Mutex
 	inst     Instance
@@ -247,6 +259,9 @@ func (a *Agent) newRunner() (*runner, error) {
 	}
 	if a.DrainGrace < 0 {
 		return nil, vigiltype.Invalid("Agent.DrainGrace", "must not be negative")
+	}
+	if a.Concurrency < 0 {
+		return nil, vigiltype.Invalid("Agent.Concurrency", "must not be negative")
 	}
 	client := a.Client
 	if client == nil {
@@ -283,6 +298,7 @@ func (a *Agent) newRunner() (*runner, error) {
 		types:    types,
 		host:     host,
 		pid:      pid,
+		slots:    max(a.Concurrency, 1),
 		fenceCh:  make(chan struct{}),
 		resumeCh: make(chan struct{}),
 		fenced:   true, // until the first registration

@@ -37,6 +37,11 @@
 //     delays the next.
 //  3. Poll: claim one task of the Handlers' types; none → wait
 //     PollInterval; one → run its handler, then claim again at once.
+//     With Agent.Concurrency n > 1, one request claims up to the free
+//     slots (Client.ClaimBatch) and each task runs in its own goroutine,
+//     steps 4 and 5 per task; a finished task frees a slot and the agent
+//     claims again at once, a short batch (the queue is empty) waits
+//     PollInterval.
 //  4. Lease: while a handler runs, a lease heartbeat every HeartbeatInterval
 //     carrying the epoch. The handler's context is cancelled with cause
 //     ErrLeaseLost when the server answers 409 stale_epoch, or when the
