@@ -26,6 +26,20 @@ const claimBatchPickSQL = `
 	ORDER BY c.run_after, c.task_id
 	LIMIT @max`
 
+// claimBatchSQL claims the tasks claimBatchPickSQL picks, each with
+// claimSetSQL, and returns them in claim order (an UPDATE's RETURNING order
+// is unspecified). The picked ids are matched with = ANY (ARRAY(…)), not IN
+// (…): with IN, the generic plan PostgreSQL switches a prepared statement
+// to hash-joins the picks against a Seq Scan of every scheduled task; with
+// an array it looks each up by primary key (TestClaimBatchPlanUsesPrimaryKey).
+var claimBatchSQL = `
+	WITH next AS (` + claimBatchPickSQL + `),
+	claimed AS (
+		UPDATE tasks SET ` + claimSetSQL + `
+		WHERE task_id = ANY (ARRAY(SELECT task_id FROM next)) AND status = 'scheduled'
+		RETURNING *)
+	SELECT ` + taskColumns + ` FROM claimed ORDER BY run_after, task_id`
+
 // TaskClaimBatch implements store.Store: one statement picks and locks up
 // to @max tasks and claims each (claimSetSQL: its own lease_epoch + 1), in
 // the same transaction as the claimer check and the current task, so a
@@ -42,16 +56,6 @@ func (s *Store) TaskClaimBatch(ctx context.Context, p store.TaskClaimBatchParams
 		"types":            p.Types,
 		"max":              p.Max,
 	}
-	// The UPDATE's RETURNING order is unspecified; the outer SELECT puts
-	// the batch in claim order.
-	claimSQL := `
-		WITH next AS (` + claimBatchPickSQL + `),
-		claimed AS (
-			UPDATE tasks SET ` + claimSetSQL + `
-			WHERE task_id IN (SELECT task_id FROM next) AND status = 'scheduled'
-			RETURNING *)
-		SELECT ` + taskColumns + ` FROM claimed ORDER BY run_after, task_id`
-
 	var tasks []*vigiltype.Task
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var (
@@ -71,7 +75,7 @@ func (s *Store) TaskClaimBatch(ctx context.Context, p store.TaskClaimBatchParams
 				aliveUntil.UTC().Format(timeLayout), vigiltype.ErrInstanceStopped)
 		}
 
-		rows, err := tx.Query(ctx, claimSQL, args)
+		rows, err := tx.Query(ctx, claimBatchSQL, args)
 		if err != nil {
 			return interpretError(err)
 		}

@@ -22,7 +22,7 @@ func (s *Store) TaskClaimBatch(ctx context.Context, p store.TaskClaimBatchParams
 		return nil, err
 	}
 	now := timeString(p.Now)
-	pick, typeArgs, err := claimPickLimitSQL(p.Types, "@max")
+	claimSQL, typeArgs, err := claimBatchSQL(p.Types)
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks for process %s: %w", p.InstanceID, err)
 	}
@@ -37,10 +37,6 @@ func (s *Store) TaskClaimBatch(ctx context.Context, p store.TaskClaimBatchParams
 		claimerSQL = `SELECT exited_at, alive_until FROM processes WHERE instance_id = ?`
 		currentSQL = `UPDATE processes SET current_task_id = ?, current_task_type = ? WHERE instance_id = ?`
 	)
-	claimSQL := `
-			UPDATE tasks SET ` + claimSetSQL + `
-			WHERE task_id IN ` + pick + ` AND status = 'scheduled'
-			RETURNING ` + taskColumns
 	stmts := s.writerStmts(ctx, claimerSQL, claimSQL, currentSQL)
 	var tasks []*vigiltype.Task
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
@@ -83,6 +79,24 @@ func (s *Store) TaskClaimBatch(ctx context.Context, p store.TaskClaimBatchParams
 		tasks = []*vigiltype.Task{}
 	}
 	return tasks, nil
+}
+
+// claimBatchSQL is a batch claim's statement for types: an UPDATE of the
+// tasks claimPickLimitSQL picks (up to @max, in claim order), RETURNING
+// them. The repeated status test is written +status so that it cannot use
+// an index: given status = 'scheduled' on an index, SQLite walks every
+// scheduled task and tests each against the IN list (the whole backlog on
+// every claim) instead of looking the picked ids up by rowid
+// (TestClaimBatchPlanUsesRowids).
+func claimBatchSQL(types []string) (string, []any, error) {
+	pick, args, err := claimPickLimitSQL(types, "@max")
+	if err != nil {
+		return "", nil, err
+	}
+	return `
+			UPDATE tasks SET ` + claimSetSQL + `
+			WHERE task_id IN ` + pick + ` AND +status = 'scheduled'
+			RETURNING ` + taskColumns, args, nil
 }
 
 // query runs query in tx, through its prepared statement when there is one.
