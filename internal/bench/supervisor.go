@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -67,12 +66,9 @@ func supBuildChild(ctx context.Context, env Env) (supChild, error) {
 }
 
 func supBuildStaticChild(ctx context.Context, env Env) (supChild, error) {
-	gobin, err := exec.LookPath("go")
+	gobin, err := exec.LookPath("go") // none: the caller re-runs this binary as the child
 	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, serr := os.Stat(gobin); serr != nil {
-			return supChild{}, err
-		}
+		return supChild{}, err
 	}
 	dir := filepath.Join(env.Dir, "supervisor-child")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
