@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,8 +41,7 @@ const (
 	clTypeRaw = "bench.raw"
 )
 
-// clWorkers is how many SDK workers (each its own process instance) and
-// raw PostgreSQL claimers run at once.
+// clWorkers is how many raw PostgreSQL claim loops run at once.
 const clWorkers = 16
 
 // clSizes returns how many tasks each measurement drains.
@@ -99,72 +99,113 @@ func (s *rdServer) clCheck(ctx context.Context, typ string, n int) error {
 	return nil
 }
 
-// clSDK drains the clTypeSDK tasks with clWorkers SDK workers, each a
-// process instance of its own that claims and completes one task at a
-// time. It returns the elapsed time and how many tasks were handed to more
-// than one worker (double claims).
+// The SDK measurement runs clAgents agents (vigilclient.Agent, each its
+// own process instance) with Concurrency clConcurrency: each claims up to
+// its free slots in one request (batch claims, max_tasks) and completes
+// every task on its own lease.
+const (
+	clAgents      = 2
+	clConcurrency = 32
+)
+
+// clSDK drains the clTypeSDK tasks with clAgents SDK agents running no-op
+// handlers, clConcurrency tasks at a time each, from the agents' start
+// until the server has accepted the last completion. It returns the
+// elapsed time and how many tasks were handed to a handler more than once
+// (double claims).
 func (s *rdServer) clSDK(ctx context.Context, n int) (time.Duration, int, error) {
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * clWorkers}}
-	defer hc.CloseIdleConnections()
+	allDone := make(chan struct{})
+	counter := &clCompletions{
+		next: &http.Transport{MaxIdleConnsPerHost: 2 * clAgents * clConcurrency},
+		want: int64(n), done: allDone,
+	}
+	hc := &http.Client{Transport: counter}
+	defer counter.next.CloseIdleConnections()
 	client, err := vigilclient.New([]string{s.url}, vigilclient.WithHTTPClient(hc))
 	if err != nil {
 		return 0, 0, err
 	}
-	insts := make([]vigilclient.Instance, clWorkers)
-	for i := range insts {
-		reg, err := client.RegisterProcess(ctx, vigilclient.RegisterParams{
-			ProcessKind: "bench-worker", Hostname: "bench", PID: 1 + i, LivenessInterval: time.Hour,
-		})
-		if err != nil {
-			return 0, 0, err
-		}
-		insts[i] = reg.Instance()
+	var (
+		mu      sync.Mutex
+		handled = make(map[int64]int, n)
+	)
+	handler := func(_ context.Context, t *vigilclient.Task) (any, error) {
+		mu.Lock()
+		handled[t.TaskID]++
+		mu.Unlock()
+		return nil, nil
 	}
-	claimed := make([][]int64, clWorkers)
-	errs := make([]error, clWorkers)
-	types := []string{clTypeSDK}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
 	var wg sync.WaitGroup
+	errs := make([]error, clAgents)
+	stopped := make(chan struct{}, clAgents)
 	start := time.Now()
-	for w := range clWorkers {
+	for i := range clAgents {
+		a := &vigilclient.Agent{
+			Kind:        "bench-worker",
+			Handlers:    map[string]vigilclient.Handler{clTypeSDK: handler},
+			Settings:    vigilclient.Settings{PollInterval: 10 * time.Millisecond},
+			Client:      client,
+			Logger:      slog.New(slog.DiscardHandler),
+			Hostname:    "bench",
+			PID:         1 + i,
+			Concurrency: clConcurrency,
+		}
 		wg.Go(func() {
-			for {
-				t, err := client.Claim(ctx, insts[w], types)
-				if err != nil {
-					errs[w] = err
-					return
-				}
-				if t == nil {
-					return
-				}
-				claimed[w] = append(claimed[w], t.TaskID)
-				if _, err := client.Complete(ctx, insts[w].Lease(t), nil); err != nil {
-					errs[w] = err
-					return
-				}
-			}
+			errs[i] = a.Run(runCtx)
+			stopped <- struct{}{}
 		})
 	}
+	timeout := time.NewTimer(10 * time.Minute)
+	defer timeout.Stop()
+	var elapsed time.Duration
+	var waitErr error
+	select {
+	case <-allDone:
+		elapsed = time.Since(start)
+	case <-stopped:
+		waitErr = fmt.Errorf("an SDK agent stopped after %d of %d completions", counter.n.Load(), n)
+	case <-timeout.C:
+		waitErr = fmt.Errorf("%d of %d completions after 10 minutes", counter.n.Load(), n)
+	case <-ctx.Done():
+		waitErr = ctx.Err()
+	}
+	stop()
 	wg.Wait()
-	elapsed := time.Since(start)
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(append(errs, waitErr)...); err != nil {
 		return 0, 0, err
 	}
-	seen := make(map[int64]int, n)
-	for _, ids := range claimed {
-		for _, id := range ids {
-			seen[id]++
-		}
-	}
 	doubles := 0
-	for _, c := range seen {
+	for _, c := range handled {
 		if c > 1 {
 			doubles++
 		}
 	}
-	if len(seen) != n {
-		return 0, 0, fmt.Errorf("SDK workers claimed %d distinct tasks, want %d", len(seen), n)
+	if len(handled) != n {
+		return 0, 0, fmt.Errorf("SDK agents handled %d distinct tasks, want %d", len(handled), n)
 	}
 	return elapsed, doubles, nil
+}
+
+// clCompletions is the SDK agents' transport: it counts the completions
+// the server accepted (200 to POST /v1/tasks/{id}/complete) and closes
+// done at the want-th, without polling the database.
+type clCompletions struct {
+	next *http.Transport
+	want int64
+	done chan struct{}
+	n    atomic.Int64
+}
+
+// RoundTrip implements http.RoundTripper.
+func (c *clCompletions) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(r)
+	if err == nil && resp.StatusCode == http.StatusOK && strings.HasSuffix(r.URL.Path, "/complete") &&
+		c.n.Add(1) == c.want {
+		close(c.done)
+	}
+	return resp, err
 }
 
 // clRaw drains the clTypeRaw tasks with a raw claim loop through the same
@@ -387,7 +428,8 @@ func runClaims(ctx context.Context, env Env, backend rdBackend) ([]Row, error) {
 	raw := clRate(n, rawTime)
 	env.Logf("  raw loop: %d tasks in %s: %.0f tasks/s", n, rawTime.Round(time.Millisecond), raw)
 
-	figure := fmt.Sprintf("%.0f tasks/s (%d SDK workers, %d tasks), %d double claims", sdk, clWorkers, n, doubles)
+	figure := fmt.Sprintf("%.0f tasks/s (%d SDK agents × concurrency %d, batch claims, %d tasks), %d double claims",
+		sdk, clAgents, clConcurrency, n, doubles)
 	if backend == rdSQLite {
 		row := Row{
 			Path:     "claim + complete of no-op tasks through the SDK, SQLite",
