@@ -483,5 +483,5 @@ func clNote(rate, target float64, doubles int, ratio string) string {
 	if doubles > 0 {
 		note += fmt.Sprintf("%d DOUBLE CLAIMS; ", doubles)
 	}
-	return note + ratio + " (see docs/performance-reads.md)"
+	return note + ratio + " (see docs/performance/reads.md)"
 }

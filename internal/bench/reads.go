@@ -416,7 +416,7 @@ func rdStatusNote(l rdLatency, growth, ratio float64) string {
 	if ratio > 3 {
 		parts = append(parts, fmt.Sprintf("%.2f× the baseline", ratio))
 	}
-	return "missed: " + strings.Join(parts, ", ") + " (see docs/performance-reads.md)"
+	return "missed: " + strings.Join(parts, ", ") + " (see docs/performance/reads.md)"
 }
 
 func runList(ctx context.Context, env Env, backend rdBackend) ([]Row, error) {
@@ -463,7 +463,7 @@ func runList(ctx context.Context, env Env, backend rdBackend) ([]Row, error) {
 		if ratio > 3 {
 			parts = append(parts, fmt.Sprintf("%.2f× the baseline", ratio))
 		}
-		row.Note = "missed: " + strings.Join(parts, ", ") + " (see docs/performance-reads.md)"
+		row.Note = "missed: " + strings.Join(parts, ", ") + " (see docs/performance/reads.md)"
 	}
 	return []Row{row}, nil
 }

@@ -211,7 +211,7 @@ func runReclaim(ctx context.Context, env Env, backend rdBackend) ([]Row, error) 
 		if lm > 200*time.Millisecond {
 			note += "above 200 ms; "
 		}
-		row.Note = note + fmt.Sprintf("%.2f× the raw UPDATE (see docs/performance-reads.md)", ratio)
+		row.Note = note + fmt.Sprintf("%.2f× the raw UPDATE (see docs/performance/reads.md)", ratio)
 	}
 	return []Row{row}, nil
 }
