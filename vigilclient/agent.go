@@ -525,7 +525,11 @@ func (r *runner) reregister(ctx context.Context, old Instance) beatResult {
 	if err != nil {
 		return beatResult{old: old, reregister: true, sent: sent, err: err}
 	}
-	if _, err := r.client.ProcessExit(ctx, old); err != nil {
+	// The exit has a budget of its own: a slow registration must not leave
+	// the old instance showing alive until its TTL.
+	exitCtx, cancelExit := context.WithTimeout(context.WithoutCancel(ctx), callTimeout(r.set.LivenessInterval))
+	defer cancelExit()
+	if _, err := r.client.ProcessExit(exitCtx, old); err != nil {
 		r.log.Debug("could not mark the fenced instance exited", "instance_id", old, "err", err)
 	}
 	return beatResult{inst: reg.Instance(), old: old, reregister: true, sent: sent}
@@ -545,6 +549,9 @@ func (r *runner) pollLoop(stop context.Context) {
 		case <-stop.Done():
 			return
 		case <-timer.C:
+		}
+		if stop.Err() != nil {
+			return // both were ready and select chose the timer: claim nothing more
 		}
 		inst, fenceCh, resumeCh, fenced := r.state()
 		if fenced {

@@ -135,7 +135,9 @@ func TestAgentRecordsHandlerFailures(t *testing.T) {
 
 func TestAgentRenewsTheLease(t *testing.T) {
 	t.Parallel()
-	leaseTimeout := 500 * time.Millisecond
+	// Heartbeats every 150ms get 120ms each (callTimeout); a lease window
+	// of 1s leaves room for several slow ones on a loaded machine.
+	leaseTimeout := time.Second
 	b := setup(t, testserver.WithLeaseTimeout(leaseTimeout), testserver.WithSweepInterval(20*time.Millisecond))
 
 	finish := make(chan struct{})
@@ -148,7 +150,7 @@ func TestAgentRenewsTheLease(t *testing.T) {
 				return nil, context.Cause(ctx)
 			}
 		},
-	}, vigilclient.Settings{HeartbeatInterval: 50 * time.Millisecond, PollInterval: 20 * time.Millisecond})
+	}, vigilclient.Settings{HeartbeatInterval: 150 * time.Millisecond, PollInterval: 20 * time.Millisecond})
 	start(t, a)
 
 	task := b.enqueue(t, vigilclient.EnqueueParams{TaskType: "long"})
@@ -370,7 +372,7 @@ func TestAgentFencesWhenLivenessFailsThenReregisters(t *testing.T) {
 			causes <- context.Cause(ctx)
 			return nil, context.Cause(ctx)
 		},
-	}, vigilclient.Settings{LivenessInterval: 150 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, PollInterval: 20 * time.Millisecond})
+	}, vigilclient.Settings{LivenessInterval: 400 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, PollInterval: 20 * time.Millisecond})
 	a.Client = client
 	start(t, a)
 	old := a.InstanceID()
@@ -438,4 +440,41 @@ func TestAgentFromEnvRejectsBadSettings(t *testing.T) {
 		require.Equal(t, vigilclient.LivenessIntervalDefault, a.Settings.LivenessInterval)
 		require.Equal(t, []string{"http://127.0.0.1:1", "http://127.0.0.1:2"}, a.Client.URLs())
 	})
+}
+
+// An agent told to stop while a handler runs lets it finish and then claims
+// nothing more: the next task is never claimed (and so never released with
+// its epoch bumped). Several rounds, because the old loop lost a coin toss.
+func TestAgentStoppingClaimsNothingMore(t *testing.T) {
+	t.Parallel()
+	for round := range 6 {
+		t.Run(fmt.Sprint(round), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			started := make(chan struct{}, 1)
+			finish := make(chan struct{})
+			a := b.agent("stopper", map[string]vigilclient.Handler{
+				"work": func(ctx context.Context, _ *vigilclient.Task) (any, error) {
+					started <- struct{}{}
+					<-finish
+					return "done", nil
+				},
+			}, vigilclient.Settings{PollInterval: 20 * time.Millisecond})
+			a.DrainGrace = waitTimeout
+			run := start(t, a)
+
+			first := b.enqueue(t, vigilclient.EnqueueParams{TaskType: "work"})
+			recv(t, "the first handler to start", started)
+			next := b.enqueue(t, vigilclient.EnqueueParams{TaskType: "work"})
+			run.cancel()
+			b.logs.wait(t, "draining: waiting for the handler to finish", "task_id", id(first.TaskID))
+			close(finish)
+			require.NoError(t, run.wait(t))
+
+			require.Equal(t, vigiltype.TaskCompleted, b.task(t, first.TaskID).Status)
+			got := b.task(t, next.TaskID)
+			require.Equal(t, vigiltype.TaskScheduled, got.Status)
+			require.Zero(t, got.LeaseEpoch, "never claimed after the stop")
+		})
+	}
 }

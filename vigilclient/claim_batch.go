@@ -61,6 +61,9 @@ func (r *runner) pollLoopBatch(stop context.Context) {
 		case <-finished:
 			running--
 		}
+		if stop.Err() != nil {
+			return // both were ready and select chose another case: claim nothing more
+		}
 		for more := true; more; {
 			select {
 			case <-finished:
