@@ -155,7 +155,7 @@ func (s *Service) Ack(ctx context.Context, eventID int64, kind string) (*vigilty
 	}
 	e, err := s.store.EventAck(ctx, eventID, kind, s.clock.Now())
 	if err != nil {
-		return nil, fmt.Errorf("event %d: %w", eventID, err)
+		return nil, err // the store's error names the event
 	}
 	return e, nil
 }

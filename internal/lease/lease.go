@@ -203,7 +203,7 @@ func (s *Service) Enqueue(ctx context.Context, p EnqueueParams) (*vigiltype.Task
 func (s *Service) Get(ctx context.Context, taskID int64) (*vigiltype.Task, error) {
 	t, err := s.store.TaskGet(ctx, taskID)
 	if err != nil {
-		return nil, fmt.Errorf("task %d: %w", taskID, err)
+		return nil, err // the store's error names the task
 	}
 	return t, nil
 }
@@ -410,7 +410,7 @@ func (s *Service) ReclaimStalled(ctx context.Context, taskID, epoch int64, reaso
 		TaskID: taskID, Epoch: epoch, Reason: reason, Now: s.clock.Now(),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("reclaim stalled task %d: %w", taskID, err)
+		return nil, err // the store's error names the task
 	}
 	if s.Reclaimed != nil {
 		s.Reclaimed(1)
