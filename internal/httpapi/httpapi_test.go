@@ -529,3 +529,13 @@ func TestFailKeepsAnyErrorText(t *testing.T) {
 	require.LessOrEqual(t, len(*got.LastError), 8192)
 	require.True(t, utf8.ValidString(*got.LastError))
 }
+
+// An explicit null payload is the documented default, {}.
+func TestEnqueueNullPayloadIsTheDefault(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	task := b.enqueue(`{"task_type":"t","payload":null}`)
+	require.JSONEq(t, `{}`, string(task.Payload))
+	task = b.enqueue(`{"task_type":"t"}`)
+	require.JSONEq(t, `{}`, string(task.Payload))
+}

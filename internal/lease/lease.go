@@ -22,6 +22,7 @@
 package lease
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -519,8 +520,10 @@ func RetryBackoff(attempt int, base, maxDelay time.Duration) time.Duration {
 	return min(d, maxDelay)
 }
 
+// checkJSON validates an optional JSON field; absent or an explicit null
+// gives empty (the field's documented default).
 func checkJSON(field string, raw json.RawMessage, empty string) (json.RawMessage, error) {
-	if len(raw) == 0 {
+	if len(raw) == 0 || string(bytes.TrimSpace(raw)) == "null" {
 		return json.RawMessage(empty), nil
 	}
 	if err := vigiltype.CheckJSON(field, raw, PayloadMaxBytes); err != nil {
