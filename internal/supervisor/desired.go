@@ -49,10 +49,18 @@ type desiredState struct {
 	mu      sync.Mutex
 	stopped []bool
 	wake    []chan struct{} // per agent: closed and replaced when it turns active
+	// restartSeen is, per agent, the planned stop that asked for a restart
+	// on the previous poll (zero: none). `vigil stop` writes a planned stop
+	// and then marks the agent stopped, two writes: a poll between them
+	// must not read the stop as a restart. A restart therefore acts when
+	// the same marker, on an agent still declared active, is seen on two
+	// polls in a row (one poll interval later than the first sight).
+	restartSeen []time.Time
 }
 
 func newDesiredState(source DesiredSource, every time.Duration, agents int) *desiredState {
-	d := &desiredState{source: source, every: every, stopped: make([]bool, agents), wake: make([]chan struct{}, agents)}
+	d := &desiredState{source: source, every: every, stopped: make([]bool, agents), wake: make([]chan struct{}, agents),
+		restartSeen: make([]time.Time, agents)}
 	for i := range d.wake {
 		d.wake[i] = make(chan struct{})
 	}
@@ -136,12 +144,17 @@ func (s *Supervisor) applyDesired(ctx context.Context) {
 		stopped := d.Status == vigiltype.AgentStopped
 		s.desired.set(i, stopped)
 		st := status[i]
+		restartWanted := st.Running && !stopped && !d.PlannedStopAt.IsZero() && d.PlannedStopAt.After(st.StartedAt)
+		confirmed := restartWanted && s.desired.restartSeen[i].Equal(d.PlannedStopAt)
+		s.desired.restartSeen[i] = time.Time{}
 		switch {
 		case !st.Running:
 		case stopped:
 			s.requestKill(i, kill{reason: "stopped by an operator", reportExit: true, byOperator: true, pid: st.PID})
-		case !d.PlannedStopAt.IsZero() && d.PlannedStopAt.After(st.StartedAt):
+		case confirmed:
 			s.requestKill(i, kill{reason: "restarted by an operator", reportExit: true, byOperator: true, pid: st.PID})
+		case restartWanted:
+			s.desired.restartSeen[i] = d.PlannedStopAt // act on the next poll if it still holds
 		}
 	}
 	s.testSignals.desiredApplied.signal(struct{}{})

@@ -81,3 +81,48 @@ func TestSupervisorFollowsDesiredState(t *testing.T) {
 	}
 	require.Equal(t, 2, exits, "the stop and the restart are each an exit event; the shutdown is not")
 }
+
+// vigil stop writes a planned stop and then marks the agent stopped: a poll
+// that reads the marker before the mark must not restart the agent (which
+// would record a second exit and start a process only to stop it). A
+// restart acts when the same marker is seen on two polls in a row. The
+// polls are made by the test (the loop's own waits an hour).
+func TestSupervisorDoesNotReadAStopInProgressAsARestart(t *testing.T) {
+	desired := &desiredMap{m: map[string]Desired{}}
+	b := setup(t, Config{
+		Agents:      []Agent{{Name: "research", Command: []string{"sleep", "1000"}}},
+		Backoff:     BackoffPolicy{Min: time.Hour, FastFailure: time.Hour, Max: time.Hour, Jitter: JitterOff},
+		Events:      newEventLog(),
+		Desired:     desired,
+		DesiredPoll: time.Hour,
+	})
+	b.run(t)
+	first := recv(t, b.sup.testSignals.started.ch, "start")
+	recv(t, b.sup.testSignals.desiredApplied.ch, "the loop's first poll")
+	ctx := t.Context()
+
+	// The first write of a stop: the marker, the agent still active.
+	marker := time.Now()
+	desired.set("research", Desired{Status: vigiltype.AgentActive, PlannedStopAt: marker})
+	b.sup.applyDesired(ctx)
+	require.Empty(t, b.sup.kills[0], "one sight of a marker kills nothing")
+	// The second write: the mark. The next poll stops the agent.
+	desired.set("research", Desired{Status: vigiltype.AgentStopped, PlannedStopAt: marker})
+	b.sup.applyDesired(ctx)
+	require.Contains(t, recv(t, b.sup.testSignals.exited.ch, "the stop"), "stopped by an operator: ")
+	require.Equal(t, "research", recv(t, b.sup.testSignals.heldStopped.ch, "held down"))
+	require.Empty(t, b.sup.testSignals.started.ch, "no restart in between")
+	requireGone(t, first)
+
+	// A real restart: active again, then a newer marker seen on two polls.
+	desired.set("research", Desired{Status: vigiltype.AgentActive})
+	b.sup.applyDesired(ctx)
+	second := recv(t, b.sup.testSignals.started.ch, "the start")
+	desired.set("research", Desired{Status: vigiltype.AgentActive, PlannedStopAt: time.Now()})
+	b.sup.applyDesired(ctx)
+	require.Empty(t, b.sup.kills[0])
+	b.sup.applyDesired(ctx)
+	require.Contains(t, recv(t, b.sup.testSignals.exited.ch, "the restart"), "restarted by an operator: ")
+	require.NotEqual(t, second, recv(t, b.sup.testSignals.started.ch, "started again"))
+	b.stop(t)
+}
