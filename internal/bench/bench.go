@@ -7,6 +7,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -96,8 +97,11 @@ func Run(ctx context.Context, env Env, only *regexp.Regexp) ([]Row, error) {
 		}
 		rows = append(rows, got...)
 	}
-	if matched == 0 {
+	if only != nil && matched == 0 {
 		return nil, fmt.Errorf("no case matches --only %q (vigil bench --list names them)", only.String())
+	}
+	if len(rows) == 0 && matched > 0 {
+		return nil, errors.New("every case --only picked needs PostgreSQL: give --postgres URL (env VIGIL_BENCH_POSTGRES_URL)")
 	}
 	return rows, nil
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"time"
 
@@ -58,6 +59,20 @@ is dropped afterwards.`,
 					return fmt.Errorf("--only: not a regular expression: %w", err)
 				}
 			}
+			// Make the output's file before measuring, beside --out, so that a
+			// path that cannot be written fails now, not after a run of many
+			// minutes; it replaces --out only once the table is written.
+			w := cmd.OutOrStdout()
+			var tmp *os.File
+			if out != "" && out != "-" && !asJSON {
+				var err error
+				if tmp, err = os.CreateTemp(filepath.Dir(out), ".vigil-bench-*.md"); err != nil {
+					return fmt.Errorf("--out %s: %w", out, err)
+				}
+				defer os.Remove(tmp.Name()) // gone after the rename; left only by a failure
+				defer tmp.Close()
+				w = tmp
+			}
 			dir := scratch
 			if dir == "" {
 				d, err := os.MkdirTemp("", "vigil-bench-")
@@ -76,17 +91,16 @@ is dropped afterwards.`,
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), map[string]any{"machine": bench.ThisMachine(started), "smoke": smoke, "rows": rows})
 			}
-			w := cmd.OutOrStdout()
-			if out != "" && out != "-" {
-				f, err := os.Create(out)
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				w = f
-			}
 			if err := bench.WriteMarkdown(w, bench.ThisMachine(started), smoke, rows); err != nil {
 				return err
+			}
+			if tmp != nil {
+				if err := tmp.Close(); err != nil {
+					return fmt.Errorf("--out %s: %w", out, err)
+				}
+				if err := os.Rename(tmp.Name(), out); err != nil {
+					return fmt.Errorf("--out %s: %w", out, err)
+				}
 			}
 			if out != "" && out != "-" {
 				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %d row(s) to %s\n", len(rows), out)

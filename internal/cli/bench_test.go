@@ -50,6 +50,15 @@ func TestBenchCommand(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.True(t, strings.Contains(errOut, "--only"), errOut)
 
+	code, _, errOut = run(t, "bench", "--smoke", "--only", "^reclaim-sqlite$", "--postgres", "", "--out", filepath.Join(t.TempDir(), "no", "such", "dir.md"))
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "--out")
+	require.NotContains(t, errOut, "run reclaim-sqlite", "refused before measuring")
+
+	code, _, errOut = run(t, "bench", "--smoke", "--only", "^reclaim-postgres$", "--postgres", "")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "give --postgres URL")
+
 	code, _, errOut = run(t, "bench", "--smoke", "--only", "no-such-case", "--postgres", "")
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "no case matches --only")
