@@ -160,7 +160,7 @@ func (s *Service) Timeline(ctx context.Context, window time.Duration) (*Timeline
 		return nil, vigiltype.Invalid("window_s", fmt.Sprintf("must be a number of seconds, more than 0 and at most %d", int64(WindowMax.Seconds())))
 	}
 	to := s.Now().Truncate(time.Millisecond) // the precision the stores keep
-	from := to.Add(-window)
+	from := to.Add(-window).Truncate(time.Millisecond)
 	agents, err := s.Registry.List(ctx)
 	if err != nil {
 		return nil, err

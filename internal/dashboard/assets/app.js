@@ -14,6 +14,7 @@
   const intervalS = intervalOK ? intervalAsked : intervalDefault;
   const timelineEveryS = 15;
   const rowsPerKind = 10; // rows shown per process kind before "show all"
+  const foldKindsOver = 12; // with more kinds than this, only the newest six start open
   const svgNS = "http://www.w3.org/2000/svg";
 
   // Token: #token=… once, then kept for this tab only.
@@ -221,7 +222,8 @@
     const windowMs = p.liveness_interval_s * 3000; // DESIGN L3: 3× the interval
     const age = now() - ms(p.last_heartbeat_at);
     const frac = Math.max(0, Math.min(1, age / windowMs));
-    const tone = p.status === "stopped" ? "dead" : age > p.liveness_interval_s * 1500 ? "late" : "ok";
+    // exited: said goodbye (grey); dead: went silent past its window (red)
+    const tone = p.exited_at ? "exited" : p.status === "stopped" ? "dead" : age > p.liveness_interval_s * 1500 ? "late" : "ok";
     const fillEl = h("div", { class: "hb-fill" });
     fillEl.style.width = (frac * 100).toFixed(1) + "%"; // CSSOM, which the CSP allows (inline style attributes it does not)
     return h("div", { class: "hb", title: "last heartbeat " + dur(age) + " ago; alive window " + dur(windowMs) },
@@ -239,10 +241,13 @@
       kinds.get(p.process_kind).push(p);
     }
     const groups = [];
+    const foldFrom = kinds.size > foldKindsOver ? 6 : Infinity; // a big fleet starts folded past its 6 newest kinds
+    let nth = 0;
     for (const [kind, list] of kinds) {
+      nth++;
       if (!state.seenKinds.has(kind)) {
         state.seenKinds.add(kind);
-        if (state.seenKinds.size <= 6) state.openKinds.add(kind); // a big fleet starts folded
+        if (nth <= foldFrom) state.openKinds.add(kind);
       }
       const alive = list.filter((p) => p.status === "alive").length;
       const all = state.expandedKinds.has(kind);
