@@ -58,6 +58,10 @@ type AgentTimeline struct {
 	// stretch in which the agent's exits are written suppressed. It says
 	// nothing about whether the agent runs; DeclaredStopped does.
 	PlannedStops []Span `json:"planned_stops"`
+	// StoppedOnPurpose holds the down gaps whose first exit was suppressed
+	// (a planned stop or restart, DESIGN E2): kept down on purpose, not an
+	// outage. Read from the events, so it outlives the planned stop marker.
+	StoppedOnPurpose []Span `json:"stopped_on_purpose"`
 	// DeclaredStopped is the stretch since the registry record was marked
 	// stopped (stopped_at to the window's end) while it still is: the
 	// operator keeps the agent down on purpose. Empty for an active agent.
@@ -78,7 +82,7 @@ type Timeline struct {
 // instances (any order), its events (any order) and its planned stop (nil
 // when none). It reads nothing and is the unit the tests pin down.
 func BuildAgentTimeline(agent string, from, to time.Time, procs []*vigiltype.Process, evs []*vigiltype.ProcessEvent, stop *vigiltype.PlannedStop) AgentTimeline {
-	tl := AgentTimeline{Agent: agent, Up: []Span{}, Marks: []Mark{}, PlannedStops: []Span{}, DeclaredStopped: []Span{}}
+	tl := AgentTimeline{Agent: agent, Up: []Span{}, Marks: []Mark{}, PlannedStops: []Span{}, DeclaredStopped: []Span{}, StoppedOnPurpose: []Span{}}
 	var spans []Span
 	for _, p := range procs {
 		end := to
@@ -103,12 +107,50 @@ func BuildAgentTimeline(agent string, from, to time.Time, procs []*vigiltype.Pro
 		})
 	}
 	slices.SortStableFunc(tl.Marks, func(a, b Mark) int { return a.At.Compare(b.At) })
+	tl.StoppedOnPurpose = stoppedOnPurpose(tl.Up, tl.Marks, from, to)
 	if stop != nil {
 		if s, ok := clip(Span{From: stop.CreatedAt, To: stop.ExpiresAt}, from, to); ok {
 			tl.PlannedStops = append(tl.PlannedStops, s)
 		}
 	}
 	return tl
+}
+
+// exitSlack is how long before a gap may begin the exit event that opened
+// it: an SDK agent marks its instance exited a moment before the
+// supervisor records the exit, so the event lands just inside the gap or
+// just before it.
+const exitSlack = 5 * time.Second
+
+// stoppedOnPurpose returns the down gaps (between up spans, and after the
+// last one) whose first exit was suppressed: the stretch opened by a
+// planned stop or restart (DESIGN E2), which the strip draws apart from
+// down time. A gap whose first exit was not suppressed stays down, even if
+// a planned stop came later in it.
+func stoppedOnPurpose(up []Span, marks []Mark, from, to time.Time) []Span {
+	out := []Span{}
+	for i, u := range up {
+		gap := Span{From: u.To, To: to}
+		if i+1 < len(up) {
+			gap.To = up[i+1].From
+		}
+		if !gap.To.After(gap.From) {
+			continue
+		}
+		for _, m := range marks {
+			if m.Kind != vigiltype.EventExit && m.Kind != vigiltype.EventStallKill {
+				continue
+			}
+			if m.At.Before(gap.From.Add(-exitSlack)) || m.At.After(gap.To) {
+				continue
+			}
+			if m.Suppressed {
+				out = append(out, gap)
+			}
+			break // the first exit of the gap decides
+		}
+	}
+	return out
 }
 
 // clip cuts s to [from, to]; false when nothing is left.

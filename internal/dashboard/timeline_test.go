@@ -22,13 +22,14 @@ func TestBuildAgentTimeline(t *testing.T) {
 	code := 1
 
 	tests := []struct {
-		name  string
-		procs []*vigiltype.Process
-		evs   []*vigiltype.ProcessEvent
-		stop  *vigiltype.PlannedStop
-		up    []Span
-		marks []Mark
-		stops []Span
+		name    string
+		procs   []*vigiltype.Process
+		evs     []*vigiltype.ProcessEvent
+		stop    *vigiltype.PlannedStop
+		up      []Span
+		marks   []Mark
+		stops   []Span
+		purpose []Span
 	}{
 		{name: "nothing: all down"},
 		{
@@ -77,6 +78,32 @@ func TestBuildAgentTimeline(t *testing.T) {
 			},
 		},
 		{
+			name: "a gap opened by a suppressed exit is a stop on purpose; one opened by a crash is down",
+			procs: []*vigiltype.Process{
+				proc(0, 1, ptr(at(1))), proc(2, 3, ptr(at(3))), proc(4, 6, nil),
+			},
+			evs: []*vigiltype.ProcessEvent{
+				{Kind: vigiltype.EventExit, At: at(1).Add(time.Second), DeliveryKind: &suppressed},
+				{Kind: vigiltype.EventExit, At: at(3), ExitCode: &code},
+				{Kind: vigiltype.EventExit, At: at(3.5), DeliveryKind: &suppressed}, // later in a crash gap: still down
+			},
+			up: []Span{{at(0), at(1)}, {at(2), at(3)}, {at(4), to}},
+			marks: []Mark{
+				{At: at(1).Add(time.Second), Kind: vigiltype.EventExit, Suppressed: true},
+				{At: at(3), Kind: vigiltype.EventExit, ExitCode: &code},
+				{At: at(3.5), Kind: vigiltype.EventExit, Suppressed: true},
+			},
+			purpose: []Span{{at(1), at(2)}},
+		},
+		{
+			name:    "stopped on purpose up to now: the gap after the last span",
+			procs:   []*vigiltype.Process{proc(0, 5, ptr(at(5)))},
+			evs:     []*vigiltype.ProcessEvent{{Kind: vigiltype.EventExit, At: at(5).Add(-time.Second), DeliveryKind: &suppressed}},
+			up:      []Span{{at(0), at(5)}},
+			marks:   []Mark{{At: at(5).Add(-time.Second), Kind: vigiltype.EventExit, Suppressed: true}},
+			purpose: []Span{{at(5), to}},
+		},
+		{
 			name:  "planned stop clipped to the window",
 			stop:  &vigiltype.PlannedStop{CreatedAt: at(5.5), ExpiresAt: at(7)},
 			stops: []Span{{at(5.5), to}},
@@ -90,6 +117,7 @@ func TestBuildAgentTimeline(t *testing.T) {
 			require.Equal(t, nonNil(tt.up), got.Up)
 			require.Equal(t, nonNil(tt.marks), got.Marks)
 			require.Equal(t, nonNil(tt.stops), got.PlannedStops)
+			require.Equal(t, nonNil(tt.purpose), got.StoppedOnPurpose)
 		})
 	}
 }

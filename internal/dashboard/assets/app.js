@@ -157,6 +157,7 @@
         for (const m of a.marks) first = Math.min(first, ms(m.at));
         for (const p of a.planned_stops) first = Math.min(first, ms(p.from));
         for (const d of a.declared_stopped || []) first = Math.min(first, ms(d.from));
+        for (const d of a.stopped_on_purpose || []) first = Math.min(first, ms(d.from));
       }
       from = Math.max(from, Math.min(to - 5 * 60000, first - (to - first) * 0.05));
     }
@@ -174,11 +175,15 @@
     el.append(svg("rect", { class: "track", x: 0, y: 4, width: 1000, height: 12 })); // before registration
     const since = x(row.registered_at); // not down before it was registered
     el.append(svg("rect", { class: "down", x: since, y: 4, width: 1000 - since, height: 12 }));
-    for (const d of row.declared_stopped || []) {
-      const r = svg("rect", { class: "declared-stopped", x: x(d.from), y: 4, width: Math.max(1, x(d.to) - x(d.from)), height: 12 });
-      r.append(svg("title", {}, document.createTextNode("declared stopped since " + clockTime(d.from))));
-      el.append(r);
-    }
+    const onPurpose = (spans, what) => {
+      for (const d of spans || []) {
+        const r = svg("rect", { class: "declared-stopped", x: x(d.from), y: 4, width: Math.max(1, x(d.to) - x(d.from)), height: 12 });
+        r.append(svg("title", {}, document.createTextNode(what + " " + clockTime(d.from) + " – " + clockTime(d.to))));
+        el.append(r);
+      }
+    };
+    onPurpose(row.stopped_on_purpose, "stopped on purpose (its exit was suppressed)");
+    onPurpose(row.declared_stopped, "declared stopped");
     for (const u of row.up) {
       const r = svg("rect", { class: "up", x: x(u.from), y: 4, width: Math.max(1, x(u.to) - x(u.from)), height: 12 });
       r.append(svg("title", {}, document.createTextNode("up " + clockTime(u.from) + " – " + clockTime(u.to))));
