@@ -40,7 +40,7 @@ func newAgentsRegisterCmd() *cobra.Command {
 name is replaced — created_at, status (active) and config reset.`,
 		Example: `  vigil agents register research --function "research assistant" --tick-cron "0 * * * *"
   vigil agents register critic --config @critic.json --json`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p.Name = args[0]
 			raw, err := jsonFlagValue(cmd, "--config", config)
@@ -115,7 +115,7 @@ func newAgentsShowCmd() *cobra.Command {
 		Use:     "show NAME",
 		Short:   "Show one agent's record, config included",
 		Example: `  vigil agents show research --json | jq .config`,
-		Args:    cobra.ExactArgs(1),
+		Args:    oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.client()
 			if err != nil {
@@ -159,7 +159,7 @@ one is read first; if the record changes in between, the update fails with a
 conflict naming the agent instead of overwriting the other change.`,
 		Example: `  vigil agents update research --tick-cron "*/30 * * * *"
   vigil agents update research --config @new.json --version 7`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
 			var u vigilclient.AgentUpdate
@@ -221,7 +221,7 @@ func newAgentsMarkCmd(status vigiltype.AgentStatus) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
-		Args:  cobra.ExactArgs(1),
+		Args:  oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.client()
 			if err != nil {

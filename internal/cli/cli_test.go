@@ -112,6 +112,9 @@ func TestBadFlags(t *testing.T) {
 	}{
 		{"ps status", []string{"ps", "--status", "zombie"}, `--status "zombie": must be alive or stopped`},
 		{"ps limit", []string{"ps", "--limit", "0"}, "--limit 0: must be between 1 and 1000"},
+		{"ps limit word", []string{"ps", "--limit", "abc"}, `invalid argument "abc" for "--limit" flag: not a whole number (see 'vigil ps --help')`},
+		{"status no kind", []string{"status"}, "missing KIND (usage: vigil status KIND"},
+		{"status two kinds", []string{"status", "a", "b"}, "vigil status takes one KIND, not 2 arguments"},
 		{"tasks status", []string{"tasks", "ls", "--status", "done"}, "must be one of scheduled"},
 		{"payload", []string{"tasks", "add", "sleep", "--payload", "{nope"}, "--payload: must be valid JSON"},
 		{"max attempts", []string{"tasks", "add", "sleep", "--max-attempts", "0"}, "--max-attempts must be between 1 and 1000, got 0"},

@@ -32,7 +32,7 @@ the marker covers all of the agent's exits until --ttl passes (DESIGN E2):
 a crash right after a 'vigil start' within that time is recorded suppressed
 too.`,
 		Example: `  vigil stop research --reason "operator redeploy"`,
-		Args:    cobra.ExactArgs(1),
+		Args:    oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if reason == "" {
 				return fmt.Errorf("--reason is required: say why the agent is stopped")
@@ -76,7 +76,7 @@ func newStartCmd() *cobra.Command {
 		Long: `Mark an agent active in the registry; its supervisor launches it within a
 couple of seconds.`,
 		Example: `  vigil start research`,
-		Args:    cobra.ExactArgs(1),
+		Args:    oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.client()
 			if err != nil {
@@ -117,7 +117,7 @@ without backoff. The marker covers every exit of the agent until --ttl
 passes (DESIGN E2), a crash of the new process within it included; keep
 --ttl short when that matters.`,
 		Example: `  vigil restart research --reason "config change"`,
-		Args:    cobra.ExactArgs(1),
+		Args:    oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if reason == "" {
 				return fmt.Errorf("--reason is required: say why the agent is restarted")

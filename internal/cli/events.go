@@ -95,7 +95,7 @@ second ack keeps the first one's time and kind. Exits 3 when there is no such
 event.`,
 		Example: `  vigil events ack 42
   vigil events ack 42 --kind paged`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := strconv.ParseInt(args[0], 10, 64)
 			if err != nil || id <= 0 {

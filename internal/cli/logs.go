@@ -68,7 +68,7 @@ same --log-dir (or the same --db / VIGIL_DB, from which the default follows).`,
 		Example: `  vigil logs worker-1
   vigil logs worker-1 -n 200
   vigil logs worker-1 -f --log-dir /var/log/vigil`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if lines < 0 {
 				return fmt.Errorf("-n/--lines must not be negative, got %d", lines)

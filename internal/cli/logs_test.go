@@ -67,7 +67,7 @@ func TestLogsErrors(t *testing.T) {
 
 	code, _, errOut = run(t, "logs")
 	require.Equal(t, exitFailure, code)
-	require.Contains(t, errOut, "accepts 1 arg(s)")
+	require.Contains(t, errOut, "missing AGENT (usage: vigil logs AGENT")
 }
 
 func TestLogsFollowsAcrossRotation(t *testing.T) {

@@ -112,7 +112,7 @@ otherwise, whether the instance is alive or stopped: read STATUS or
 .status in --json output.`,
 		Example: `  vigil status critic
   vigil status critic --json | jq -r .status`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.client()
 			if err != nil {

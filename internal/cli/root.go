@@ -10,7 +10,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -86,6 +88,7 @@ Then ask it:                             vigil ps; vigil tasks ls; vigil sweeper
 		SilenceErrors: true,
 		Version:       version(),
 	}
+	root.SetFlagErrorFunc(flagError)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -102,3 +105,38 @@ Then ask it:                             vigil ps; vigil tasks ls; vigil sweeper
 	)
 	return root
 }
+
+// oneArg is cobra.ExactArgs(1) with errors that name the argument, read
+// from the command's Use line ("status KIND": "missing KIND").
+func oneArg(cmd *cobra.Command, args []string) error {
+	name := "argument"
+	if f := strings.Fields(cmd.Use); len(f) > 1 {
+		name = f[1]
+	}
+	switch {
+	case len(args) == 0:
+		return fmt.Errorf("missing %s (usage: %s)", name, cmd.UseLine())
+	case len(args) > 1:
+		return fmt.Errorf("%s takes one %s, not %d arguments (usage: %s)", cmd.CommandPath(), name, len(args), cmd.UseLine())
+	}
+	return nil
+}
+
+// flagError rewrites a flag parsing error's strconv text into words:
+// `invalid argument "abc" for "--limit" flag: not a whole number`.
+func flagError(cmd *cobra.Command, err error) error {
+	msg := strconvSyntax.ReplaceAllStringFunc(err.Error(), func(m string) string {
+		switch {
+		case strings.HasPrefix(m, "strconv.ParseInt"), strings.HasPrefix(m, "strconv.ParseUint"):
+			return "not a whole number"
+		case strings.HasPrefix(m, "strconv.ParseFloat"):
+			return "not a number"
+		case strings.HasPrefix(m, "strconv.ParseBool"):
+			return "not true or false"
+		}
+		return m
+	})
+	return fmt.Errorf("%s (see '%s --help')", msg, cmd.CommandPath())
+}
+
+var strconvSyntax = regexp.MustCompile(`strconv\.Parse(Int|Uint|Float|Bool): parsing "[^"]*": (invalid syntax|value out of range)`)

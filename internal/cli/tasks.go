@@ -49,7 +49,7 @@ fails or releases it. Prints the new task's id, or the whole task with --json.`,
 		Example: `  vigil tasks add sleep --payload '{"seconds":5}'
   vigil tasks add report --payload @job.json --max-attempts 3 --delay 10m --json
   generate-job | vigil tasks add report --payload -`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p.TaskType = args[0]
 			raw, err := readPayload(cmd, payload)
@@ -171,7 +171,7 @@ heartbeat), counts, result, completed_by and last_error (a failure's text, or
 why the lease was reclaimed). Exits 3 when there is no such task.`,
 		Example: `  vigil tasks show 42
   vigil tasks show 42 --json | jq .result`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := strconv.ParseInt(args[0], 10, 64)
 			if err != nil || id <= 0 {
