@@ -103,6 +103,8 @@ type Store interface {
 	// TaskComplete finishes a held task with its result; completed_by is
 	// the lease owner. Same errors as TaskHeartbeat.
 	TaskComplete(ctx context.Context, p TaskCompleteParams) (*vigiltype.Task, error)
+	// TaskCompleteBatch completes every item in one transaction, each checked and written exactly as TaskComplete; each item gets its own outcome (one stale item does not fail the others), in request order; an error only when the transaction itself fails (then nothing was written).
+	TaskCompleteBatch(ctx context.Context, items []TaskCompleteParams) ([]TaskCompleteResult, error)
 	// TaskFail counts a handler failure: attempts + 1, then back to
 	// scheduled at RetryAt, or dead_letter when attempts reaches
 	// max_attempts. Same errors as TaskHeartbeat.

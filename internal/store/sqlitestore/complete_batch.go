@@ -1,0 +1,80 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/vigil-fleet/vigil/internal/store"
+	"github.com/vigil-fleet/vigil/vigiltype"
+)
+
+// completeBatchSQL is TaskComplete's guarded write (leaseUpdate with
+// TaskComplete's SET clause), run once per item of a batch.
+const completeBatchSQL = `
+			UPDATE tasks SET
+		status = 'completed',
+		result = @result,
+		completed_by = lease_owner,
+		completed_at = @now,
+		lease_owner = NULL,
+		lease_expires_at = NULL,
+		updated_at = @now
+			WHERE task_id = @task_id AND status = 'running'
+				AND lease_owner = @lease_owner AND lease_epoch = @lease_epoch
+			RETURNING ` + taskColumns
+
+// TaskCompleteBatch implements store.Store: one IMMEDIATE transaction on the
+// writer running, per item in task id order, TaskComplete's guarded write
+// and (when it matched) its end of lease; an item that matched no row gets
+// TaskComplete's refusal as its own outcome.
+func (s *Store) TaskCompleteBatch(ctx context.Context, items []store.TaskCompleteParams) ([]store.TaskCompleteResult, error) {
+	results := make([]store.TaskCompleteResult, len(items))
+	if len(items) == 0 {
+		return results, nil
+	}
+	stmts := s.writerStmts(ctx, completeBatchSQL, endLeaseSQL)
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		clear(results) // a retried transaction starts over
+		for _, i := range store.CompleteOrder(items) {
+			p := items[i]
+			var result any // NULL unless given
+			if p.Result != nil {
+				if !json.Valid(p.Result) {
+					results[i].Err = fmt.Errorf("complete task %d: %w", p.TaskID, vigiltype.Invalid("result", "must be valid JSON"))
+					continue
+				}
+				result = string(p.Result)
+			}
+			task, err := scanTask(stmts.queryRow(ctx, tx, completeBatchSQL,
+				sql.Named("now", timeString(p.Now)),
+				sql.Named("result", result),
+				sql.Named("task_id", p.TaskID),
+				sql.Named("lease_owner", p.InstanceID),
+				sql.Named("lease_epoch", p.Epoch),
+			))
+			if errors.Is(err, sql.ErrNoRows) {
+				why := taskRefusal(ctx, tx, p.TaskID)
+				if !errors.Is(why, vigiltype.ErrNotFound) && !errors.Is(why, vigiltype.ErrStaleEpoch) {
+					return fmt.Errorf("complete task %d: %w", p.TaskID, why)
+				}
+				results[i].Err = fmt.Errorf("complete task %d: %w", p.TaskID, why)
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("complete task %d: %w", p.TaskID, err)
+			}
+			if err := endLease(ctx, tx, stmts, p.TaskLease); err != nil {
+				return fmt.Errorf("complete task %d: %w", p.TaskID, err)
+			}
+			results[i].Task = task
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("complete %d tasks: %w", len(items), err)
+	}
+	return results, nil
+}
