@@ -82,6 +82,7 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("POST /v1/tasks", a.taskEnqueue)
 	mux.HandleFunc("GET /v1/tasks", a.taskList)
 	mux.HandleFunc("POST /v1/tasks/claim", a.taskClaim)
+	mux.HandleFunc("POST /v1/tasks/complete", a.taskCompleteBatch)
 	mux.HandleFunc("GET /v1/tasks/{id}", a.taskGet)
 	mux.HandleFunc("GET /v1/tasks/stalled", a.taskStalled)
 	mux.HandleFunc("POST /v1/tasks/{id}/reclaim", a.taskReclaimStalled)
