@@ -111,9 +111,10 @@ func newRestartCmd() *cobra.Command {
 		GroupID: "query",
 		Short:   "Restart an agent now, its exit suppressed",
 		Long: `Restart an agent on purpose: a planned stop marker (DESIGN E2) is written
-with --reason; the supervisor sees a marker newer than the running process,
-stops it (the exit recorded as suppressed) and starts it again at once,
-without backoff. The marker covers every exit of the agent until --ttl
+with --reason; the supervisor, on two control polls in a row (--control-poll
+of vigil up/supervise, so within about two of them), sees a marker newer
+than the running process, stops it (the exit recorded as suppressed) and
+starts it again at once, without backoff. The marker covers every exit of the agent until --ttl
 passes (DESIGN E2), a crash of the new process within it included; keep
 --ttl short when that matters.`,
 		Example: `  vigil restart research --reason "config change"`,
