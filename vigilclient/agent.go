@@ -588,7 +588,7 @@ func (r *runner) pollLoop(stop context.Context) {
 			})
 			return
 		default:
-			r.runTask(stop, inst, fenceCh, task, sent)
+			r.runTask(stop, inst, fenceCh, task, sent, r.completeOne)
 			timer.Reset(0) // look for more work at once
 		}
 	}
@@ -619,7 +619,7 @@ func callHandler(ctx context.Context, h Handler, t *Task) (o outcome) {
 // the lease, then reports the outcome. If stop ends meanwhile it drains:
 // the handler gets DrainGrace to finish; after that it is cancelled with
 // ErrDraining and the task is released.
-func (r *runner) runTask(stop context.Context, inst Instance, fenceCh <-chan struct{}, task *vigiltype.Task, claimSent time.Time) {
+func (r *runner) runTask(stop context.Context, inst Instance, fenceCh <-chan struct{}, task *vigiltype.Task, claimSent time.Time, complete completeFunc) {
 	lease := inst.Lease(task)
 	log := r.taskLog(inst, task)
 	window, known := leaseWindow(task)
@@ -651,7 +651,7 @@ func (r *runner) runTask(stop context.Context, inst Instance, fenceCh <-chan str
 		case o := <-done:
 			stopKeeper()
 			keeper.Wait() // no lease heartbeat races the outcome
-			r.report(log, lease, o)
+			r.report(log, lease, o, complete)
 			return
 
 		case <-stopCh:
@@ -813,13 +813,12 @@ func (r *runner) keepLease(ctx context.Context, lease Lease, window time.Duratio
 
 // report sends the handler's outcome: complete with the result, or fail
 // with the error text. A result that does not marshal is a failure.
-func (r *runner) report(log *slog.Logger, lease Lease, o outcome) {
+func (r *runner) report(log *slog.Logger, lease Lease, o outcome, complete completeFunc) {
 	if o.err == nil {
 		raw, err := json.Marshal(o.result)
 		if err == nil {
 			r.sendOutcome(log, "complete", func(ctx context.Context) error {
-				_, err := r.client.Complete(ctx, lease, json.RawMessage(raw))
-				return err
+				return complete(ctx, lease, json.RawMessage(raw))
 			})
 			return
 		}
@@ -833,6 +832,16 @@ func (r *runner) report(log *slog.Logger, lease Lease, o outcome) {
 		_, err := r.client.Fail(ctx, lease, msg, 0)
 		return err
 	})
+}
+
+// completeFunc sends one task's completion: r.completeOne, or a batcher's
+// complete that joins completions finishing together (Concurrency > 1).
+type completeFunc func(ctx context.Context, lease Lease, result json.RawMessage) error
+
+// completeOne completes one task in a request of its own.
+func (r *runner) completeOne(ctx context.Context, lease Lease, result json.RawMessage) error {
+	_, err := r.client.Complete(ctx, lease, result)
+	return err
 }
 
 var outcomeLogs = map[string]string{"complete": "completed", "fail": "failure recorded", "release": "released"}

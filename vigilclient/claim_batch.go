@@ -47,6 +47,10 @@ func (r *runner) pollLoopBatch(stop context.Context) {
 		<-stop.Done()
 		return
 	}
+	// Tasks that finish together are completed in one request (see
+	// completer); it stops once every task is done.
+	cp := newCompleter(r.client, r.slots)
+	defer cp.close()
 	var tasks sync.WaitGroup
 	defer tasks.Wait() // each running task drains on its own (runTask)
 	finished := make(chan struct{}, r.slots)
@@ -113,7 +117,7 @@ func (r *runner) pollLoopBatch(stop context.Context) {
 			for _, task := range batch {
 				running++
 				tasks.Go(func() {
-					r.runTask(stop, inst, fenceCh, task, sent)
+					r.runTask(stop, inst, fenceCh, task, sent, cp.complete)
 					finished <- struct{}{}
 				})
 			}
