@@ -40,6 +40,10 @@ do not restart in lockstep. An agent exiting --flap-exits times within
 each run lasted. Each agent's output also goes to <--log-dir>/<agent>.log,
 rotated by size; 'vigil logs AGENT' prints it.
 
+On an SQLite store one vigil up runs per database: a second one is refused
+(a lock file beside the database, DB.up.lock), as it would run every agent
+twice. On PostgreSQL run one vigil up (or vigil supervise) per host and fleet.
+
 Ctrl-C (or SIGTERM) stops every agent — SIGTERM to its process group, then
 SIGKILL after --stop-grace — and then the server. On Linux this includes
 descendants that left the group (setsid, double fork): vigil adopts them as
@@ -63,6 +67,13 @@ Fleet file:
 			fleet, err := sf.load(cmd, defaultLogDir(cfg.DB))
 			if err != nil {
 				return err
+			}
+			if !daemon.IsPostgresURL(cfg.DB) {
+				unlock, err := lockFleet(cfg.DB)
+				if err != nil {
+					return err
+				}
+				defer unlock()
 			}
 			extraEnv := map[string]string{}
 			if f.tokenFile != "" {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -204,4 +205,22 @@ func serverURL(t *testing.T, stderr *lockedBuffer) string {
 		return m != nil
 	}, 15*time.Second, 10*time.Millisecond, "the server's URL in the log")
 	return url
+}
+
+// A second vigil up on the same SQLite database is refused, naming the
+// first one's pid: both would run every agent.
+func TestSecondUpOnOneDatabaseIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	fleet := filepath.Join(dir, "fleet.yaml")
+	require.NoError(t, os.WriteFile(fleet, []byte("agents:\n  - name: steady\n    command: [\"sleep\", \"1000\"]\n"), 0o644))
+	db := filepath.Join(dir, "v.db")
+	stderr := runCommand(t, "up", "--fleet", fleet, "--db", db, "--addr", "127.0.0.1:0")
+	serverURL(t, stderr)
+	started := func() int { return strings.Count(stderr.String(), `msg="agent started" agent=steady`) }
+	require.Eventually(t, func() bool { return started() == 1 }, 15*time.Second, 10*time.Millisecond, "the first one's agent")
+
+	code, _, errOut := run(t, "up", "--fleet", fleet, "--db", db, "--addr", "127.0.0.1:0")
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, fmt.Sprintf("another vigil up (pid %d) already supervises the fleet on %s", os.Getpid(), db))
+	require.Equal(t, 1, started(), "the first one's agent runs once")
 }

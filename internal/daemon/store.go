@@ -33,8 +33,11 @@ func openStore(ctx context.Context, dsn string) (store.Store, error) {
 	return st, nil
 }
 
-// isPostgresURL reports whether dsn names a PostgreSQL database (scheme
-// postgres:// or postgresql://, in any case).
+// IsPostgresURL reports whether dsn names a PostgreSQL database (scheme
+// postgres:// or postgresql://, in any case); anything else is an SQLite
+// file path.
+func IsPostgresURL(dsn string) bool { return isPostgresURL(dsn) }
+
 func isPostgresURL(dsn string) bool {
 	scheme, _, ok := strings.Cut(dsn, "://")
 	return ok && (strings.EqualFold(scheme, "postgres") || strings.EqualFold(scheme, "postgresql"))
