@@ -3,7 +3,6 @@ package pgstore
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -58,21 +57,8 @@ func (s *Store) TaskClaimBatch(ctx context.Context, p store.TaskClaimBatchParams
 	}
 	var tasks []*vigiltype.Task
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		var (
-			exitedAt   *time.Time
-			aliveUntil time.Time
-		)
-		err := interpretError(tx.QueryRow(ctx, `
-			SELECT exited_at, alive_until FROM processes WHERE instance_id = $1
-			FOR NO KEY UPDATE`, p.InstanceID).Scan(&exitedAt, &aliveUntil))
-		switch {
-		case err != nil: // ErrNotFound included
+		if err := lockClaimer(ctx, tx, p.InstanceID, now); err != nil {
 			return err
-		case exitedAt != nil:
-			return vigiltype.ErrInstanceExited
-		case aliveUntil.Before(now):
-			return fmt.Errorf("alive window ended %s: %w",
-				aliveUntil.UTC().Format(timeLayout), vigiltype.ErrInstanceStopped)
 		}
 
 		rows, err := tx.Query(ctx, claimBatchSQL, args)

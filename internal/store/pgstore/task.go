@@ -209,21 +209,9 @@ func (s *Store) TaskClaim(ctx context.Context, p store.TaskClaimParams) (*vigilt
 
 	var task *vigiltype.Task
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		var (
-			exitedAt   *time.Time
-			aliveUntil time.Time
-		)
-		err := interpretError(tx.QueryRow(ctx, `
-			SELECT exited_at, alive_until FROM processes WHERE instance_id = $1
-			FOR NO KEY UPDATE`, p.InstanceID).Scan(&exitedAt, &aliveUntil))
-		switch {
-		case err != nil: // ErrNotFound included
+		err := lockClaimer(ctx, tx, p.InstanceID, now)
+		if err != nil {
 			return err
-		case exitedAt != nil:
-			return vigiltype.ErrInstanceExited
-		case aliveUntil.Before(now):
-			return fmt.Errorf("alive window ended %s: %w",
-				aliveUntil.UTC().Format(timeLayout), vigiltype.ErrInstanceStopped)
 		}
 
 		task, err = scanTask(tx.QueryRow(ctx, claimSQL, args))
@@ -605,4 +593,29 @@ func (s *Store) TaskReclaimStalled(ctx context.Context, p store.TaskReclaimStall
 		return nil, fmt.Errorf("reclaim stalled task %d: %w", p.TaskID, err)
 	}
 	return task, nil
+}
+
+// lockClaimer locks the claiming instance's row (so a concurrent exit or
+// prune waits for the claim) and refuses a claim by an instance that is
+// unknown (ErrNotFound), has exited (ErrInstanceExited) or is past its
+// alive window at now (ErrInstanceStopped). TaskClaim and TaskClaimBatch
+// share it.
+func lockClaimer(ctx context.Context, tx pgx.Tx, instanceID string, now time.Time) error {
+	var (
+		exitedAt   *time.Time
+		aliveUntil time.Time
+	)
+	err := interpretError(tx.QueryRow(ctx, `
+		SELECT exited_at, alive_until FROM processes WHERE instance_id = $1
+		FOR NO KEY UPDATE`, instanceID).Scan(&exitedAt, &aliveUntil))
+	switch {
+	case err != nil: // ErrNotFound included
+		return err
+	case exitedAt != nil:
+		return vigiltype.ErrInstanceExited
+	case aliveUntil.Before(now):
+		return fmt.Errorf("alive window ended %s: %w",
+			aliveUntil.UTC().Format(timeLayout), vigiltype.ErrInstanceStopped)
+	}
+	return nil
 }

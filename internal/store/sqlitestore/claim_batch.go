@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -33,25 +32,11 @@ func (s *Store) TaskClaimBatch(ctx context.Context, p store.TaskClaimBatchParams
 		sql.Named("max", p.Max),
 	}, typeArgs...)
 
-	const (
-		claimerSQL = `SELECT exited_at, alive_until FROM processes WHERE instance_id = ?`
-		currentSQL = `UPDATE processes SET current_task_id = ?, current_task_type = ? WHERE instance_id = ?`
-	)
 	stmts := s.writerStmts(ctx, claimerSQL, claimSQL, currentSQL)
 	var tasks []*vigiltype.Task
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		var exitedAt sql.Null[string]
-		var aliveUntil string
-		err := stmts.queryRow(ctx, tx, claimerSQL, p.InstanceID).Scan(&exitedAt, &aliveUntil)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			return vigiltype.ErrNotFound
-		case err != nil:
+		if err := checkClaimer(ctx, tx, stmts, p.InstanceID, now); err != nil {
 			return err
-		case exitedAt.Valid:
-			return vigiltype.ErrInstanceExited
-		case aliveUntil < now:
-			return fmt.Errorf("alive window ended %s: %w", aliveUntil, vigiltype.ErrInstanceStopped)
 		}
 
 		rows, err := stmts.query(ctx, tx, claimSQL, args...)

@@ -203,10 +203,6 @@ func (s *Store) TaskClaim(ctx context.Context, p store.TaskClaimParams) (*vigilt
 		args = append(args, typeArgs...)
 	}
 
-	const (
-		claimerSQL = `SELECT exited_at, alive_until FROM processes WHERE instance_id = ?`
-		currentSQL = `UPDATE processes SET current_task_id = ?, current_task_type = ? WHERE instance_id = ?`
-	)
 	claimSQL := `
 			UPDATE tasks SET ` + claimSetSQL + `
 			WHERE task_id = ` + pick + `
@@ -214,18 +210,9 @@ func (s *Store) TaskClaim(ctx context.Context, p store.TaskClaimParams) (*vigilt
 	stmts := s.writerStmts(ctx, claimerSQL, claimSQL, currentSQL)
 	var task *vigiltype.Task
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var exitedAt sql.Null[string]
-		var aliveUntil string
-		err := stmts.queryRow(ctx, tx, claimerSQL, p.InstanceID).Scan(&exitedAt, &aliveUntil)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			return vigiltype.ErrNotFound
-		case err != nil:
+		err := checkClaimer(ctx, tx, stmts, p.InstanceID, now)
+		if err != nil {
 			return err
-		case exitedAt.Valid:
-			return vigiltype.ErrInstanceExited
-		case aliveUntil < now:
-			return fmt.Errorf("alive window ended %s: %w", aliveUntil, vigiltype.ErrInstanceStopped)
 		}
 
 		task, err = scanTask(stmts.queryRow(ctx, tx, claimSQL, args...))
@@ -605,4 +592,31 @@ func (s *Store) TaskReclaimStalled(ctx context.Context, p store.TaskReclaimStall
 		return nil, fmt.Errorf("reclaim stalled task %d: %w", p.TaskID, err)
 	}
 	return task, nil
+}
+
+// The claiming instance's reads and writes, shared by TaskClaim and
+// TaskClaimBatch: its liveness, and the task it took last (DESIGN L6).
+const (
+	claimerSQL = `SELECT exited_at, alive_until FROM processes WHERE instance_id = ?`
+	currentSQL = `UPDATE processes SET current_task_id = ?, current_task_type = ? WHERE instance_id = ?`
+)
+
+// checkClaimer refuses a claim by an instance that is unknown (ErrNotFound),
+// has exited (ErrInstanceExited) or is past its alive window at now
+// (ErrInstanceStopped).
+func checkClaimer(ctx context.Context, tx *sql.Tx, stmts txStmts, instanceID, now string) error {
+	var exitedAt sql.Null[string]
+	var aliveUntil string
+	err := stmts.queryRow(ctx, tx, claimerSQL, instanceID).Scan(&exitedAt, &aliveUntil)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return vigiltype.ErrNotFound
+	case err != nil:
+		return err
+	case exitedAt.Valid:
+		return vigiltype.ErrInstanceExited
+	case aliveUntil < now:
+		return fmt.Errorf("alive window ended %s: %w", aliveUntil, vigiltype.ErrInstanceStopped)
+	}
+	return nil
 }
