@@ -329,6 +329,17 @@ func checkHeartbeat(p store.TaskHeartbeatParams) error {
 	return nil
 }
 
+// completeSetSQL is what a complete writes, single (TaskComplete) or in a
+// batch (TaskCompleteBatch).
+const completeSetSQL = `
+		status = 'completed',
+		result = @result::json,
+		completed_by = lease_owner,
+		completed_at = @now,
+		lease_owner = NULL,
+		lease_expires_at = NULL,
+		updated_at = @now`
+
 // TaskComplete implements store.Store. A nil Result is stored as NULL; a
 // Result that is not valid JSON is refused before anything is written.
 func (s *Store) TaskComplete(ctx context.Context, p store.TaskCompleteParams) (*vigiltype.Task, error) {
@@ -340,14 +351,7 @@ func (s *Store) TaskComplete(ctx context.Context, p store.TaskCompleteParams) (*
 		r := string(p.Result)
 		result = &r
 	}
-	return s.leaseUpdate(ctx, "complete", p.TaskLease, endLease, `
-		status = 'completed',
-		result = @result::json,
-		completed_by = lease_owner,
-		completed_at = @now,
-		lease_owner = NULL,
-		lease_expires_at = NULL,
-		updated_at = @now`,
+	return s.leaseUpdate(ctx, "complete", p.TaskLease, endLease, completeSetSQL,
 		pgx.StrictNamedArgs{"now": utcMS(p.Now), "result": result},
 	)
 }

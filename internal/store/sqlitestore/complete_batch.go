@@ -11,17 +11,10 @@ import (
 	"github.com/vigil-fleet/vigil/vigiltype"
 )
 
-// completeBatchSQL is TaskComplete's guarded write (leaseUpdate with
-// TaskComplete's SET clause), run once per item of a batch.
+// completeBatchSQL is TaskComplete's guarded write (leaseUpdate's WHERE
+// with completeSetSQL), run once per item of a batch.
 const completeBatchSQL = `
-			UPDATE tasks SET
-		status = 'completed',
-		result = @result,
-		completed_by = lease_owner,
-		completed_at = @now,
-		lease_owner = NULL,
-		lease_expires_at = NULL,
-		updated_at = @now
+			UPDATE tasks SET ` + completeSetSQL + `
 			WHERE task_id = @task_id AND status = 'running'
 				AND lease_owner = @lease_owner AND lease_epoch = @lease_epoch
 			RETURNING ` + taskColumns
