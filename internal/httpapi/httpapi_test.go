@@ -539,3 +539,17 @@ func TestEnqueueNullPayloadIsTheDefault(t *testing.T) {
 	task = b.enqueue(`{"task_type":"t"}`)
 	require.JSONEq(t, `{}`, string(task.Payload))
 }
+
+// A not-found task or event is named once in the error's message.
+func TestNotFoundNamesTheThingOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := b.do("GET", "/v1/tasks/999999", "")
+	require.Equal(t, http.StatusNotFound, r.status)
+	_, msg := r.errorCode(t)
+	require.Equal(t, 1, strings.Count(msg, "999999"), msg)
+	r = b.do("POST", "/v1/events/999999/ack", "")
+	require.Equal(t, http.StatusNotFound, r.status)
+	_, msg = r.errorCode(t)
+	require.Equal(t, 1, strings.Count(msg, "999999"), msg)
+}
