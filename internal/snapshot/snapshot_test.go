@@ -306,9 +306,11 @@ func TestTake(t *testing.T) {
 	exit := 1
 	b.events.latest["local-gone"] = &vigiltype.ProcessEvent{EventID: 3, Agent: "local-gone", Kind: vigiltype.EventExit, ExitCode: &exit}
 
+	b.clock.Advance(1500 * time.Microsecond) // taken_at keeps the stores' millisecond precision
 	snap, err := b.svc.Take(t.Context())
 	require.NoError(t, err)
-	require.Equal(t, b.clock.Now(), snap.TakenAt)
+	require.Equal(t, b.clock.Now().Truncate(time.Millisecond), snap.TakenAt)
+	require.NotEqual(t, b.clock.Now(), snap.TakenAt)
 	require.Len(t, snap.Agents, 1+len(b.registry.agents))
 
 	self := snap.Agents[0]
