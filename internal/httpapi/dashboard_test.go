@@ -84,12 +84,14 @@ func TestTimeline(t *testing.T) {
 	require.Equal(t, http.StatusOK, b.do("POST", "/v1/agents/idle-one/mark-stopped", "").status)
 	b.clock.Advance(30 * time.Second)
 
+	b.clock.Advance(1500 * time.Microsecond)
+
 	r = b.do("GET", "/v1/timeline?window_s=3600", "")
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 	var tl dashboard.Timeline
 	r.decode(t, &tl)
-	now := b.clock.Now()
-	require.True(t, tl.To.Equal(now), "to is the server's now")
+	now := b.clock.Now().Truncate(time.Millisecond)
+	require.True(t, tl.To.Equal(now), "to is the server's now, at the stores' millisecond precision")
 	require.True(t, tl.From.Equal(now.Add(-time.Hour)))
 	require.Len(t, tl.Agents, 2)
 	crawler := tl.Agents[0]
