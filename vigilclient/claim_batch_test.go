@@ -139,6 +139,9 @@ func TestAgentConcurrencyLeasesAreIndependent(t *testing.T) {
 		},
 	}, vigilclient.Settings{HeartbeatInterval: 50 * time.Millisecond, PollInterval: 20 * time.Millisecond})
 	a.Concurrency = 3
+	// A failed assertion leaves the handlers blocked: the cleanup's cancel
+	// then drains within a second, not the default 20s.
+	a.DrainGrace = time.Second
 
 	tasks := []*vigiltype.Task{
 		b.enqueue(t, vigilclient.EnqueueParams{TaskType: "long"}),

@@ -62,11 +62,23 @@ func fenceNeeded(now, lastAccepted time.Time, window time.Duration) bool {
 }
 
 // callTimeout bounds one periodic call (a liveness or lease heartbeat) made
-// every interval: 4/5 of the interval, so one slow call is abandoned before
-// the next tick and never delays it, and at most callTimeoutMax.
+// every interval: 4/5 of the interval, but never less than
+// callTimeoutFloor nor more than callTimeoutMax. Each periodic call runs in
+// a goroutine of its own, so a call that outlives the next tick delays
+// nothing; what decides that a lease or the instance is lost is the
+// deadline counted from the last accepted call (leaseDeadline,
+// fenceNeeded), never one call's timeout. The floor keeps a short interval
+// (50ms in tests, a few hundred ms in a tight deployment) from abandoning
+// every call on a loaded machine, where one HTTP round trip can take longer
+// than the interval itself (issue #12: every renewal of a 500ms lease timed
+// out at 40ms under -race).
 func callTimeout(interval time.Duration) time.Duration {
-	return min(interval*4/5, callTimeoutMax)
+	return min(max(interval*4/5, callTimeoutFloor), callTimeoutMax)
 }
+
+// callTimeoutFloor is the least time a periodic call is given: a loaded
+// machine's round trip fits in it.
+const callTimeoutFloor = 5 * time.Second
 
 // callTimeoutMax bounds every single request the agent runtime makes.
 const callTimeoutMax = 10 * time.Second

@@ -238,7 +238,9 @@ class DecideTest(unittest.TestCase):
         self.assertEqual(decide.lease_deadline(1.0, 2.0), 3.0)
 
     def test_timeouts_and_backoffs(self):
-        self.assertEqual(decide.call_timeout(1.0), 0.8)
+        self.assertEqual(decide.call_timeout(1.0), decide.CALL_TIMEOUT_FLOOR)
+        self.assertEqual(decide.call_timeout(0.05), decide.CALL_TIMEOUT_FLOOR)
+        self.assertEqual(decide.call_timeout(8.0), 6.4)
         self.assertEqual(decide.call_timeout(60), 10.0)
         self.assertEqual([decide.outcome_backoff(n) for n in range(1, 6)], [0.25, 0.5, 1.0, 2.0, 2.0])
         self.assertEqual([decide.register_backoff(n, 30) for n in (1, 2, 5, 6, 40)], [1, 2, 16, 30, 30])

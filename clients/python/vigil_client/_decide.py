@@ -19,6 +19,9 @@ ALIVE_WINDOW_FACTOR = 3
 """How many liveness intervals may pass without a heartbeat before the server
 shows an instance stopped (DESIGN L3)."""
 
+CALL_TIMEOUT_FLOOR = 5.0
+"""The least time a periodic call is given: a loaded machine's round trip fits."""
+
 CALL_TIMEOUT_MAX = 10.0
 """Bounds every single request the agent runtime makes, in seconds."""
 
@@ -79,9 +82,13 @@ def fence_needed(now: float, last_accepted: float, window: float) -> bool:
 
 
 def call_timeout(interval: float) -> float:
-    """Bounds one periodic call made every interval: 4/5 of it, so one slow
-    call is abandoned before the next tick, and at most CALL_TIMEOUT_MAX."""
-    return min(interval * 4 / 5, CALL_TIMEOUT_MAX)
+    """Bounds one periodic call made every interval: 4/5 of it, but never
+    less than CALL_TIMEOUT_FLOOR nor more than CALL_TIMEOUT_MAX. Each periodic
+    call runs in a thread of its own, so a call that outlives the next tick
+    delays nothing; the lease deadline and the alive window decide loss, not
+    one call's timeout. The floor keeps a short interval from abandoning
+    every call on a loaded machine."""
+    return min(max(interval * 4 / 5, CALL_TIMEOUT_FLOOR), CALL_TIMEOUT_MAX)
 
 
 def outcome_backoff(n: int) -> float:

@@ -1,0 +1,89 @@
+package vigilclient_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vigil-fleet/vigil/internal/testserver"
+	"github.com/vigil-fleet/vigil/vigilclient"
+	"github.com/vigil-fleet/vigil/vigiltype"
+)
+
+// slowHeartbeats delays every heartbeat request (liveness and lease) by
+// delay before sending it, as a loaded machine or a slow network does.
+type slowHeartbeats struct {
+	next  http.RoundTripper
+	delay time.Duration
+	seen  atomic.Int32
+}
+
+func (s *slowHeartbeats) RoundTrip(req *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(req.URL.Path, "/heartbeat") {
+		s.seen.Add(1)
+		select {
+		case <-time.After(s.delay):
+		case <-req.Context().Done():
+			return nil, req.Context().Err()
+		}
+	}
+	return s.next.RoundTrip(req)
+}
+
+// A heartbeat call that takes longer than the heartbeat interval still
+// renews the lease: the per-call timeout has a floor a loaded machine
+// meets, instead of 4/5 of a 50ms interval (issue #12 case 9, where every
+// renewal timed out under -race and the lease was lost).
+func TestAgentKeepsLeaseWhenHeartbeatsAreSlowerThanTheInterval(t *testing.T) {
+	t.Parallel()
+	leaseTimeout := time.Second
+	b := setup(t, testserver.WithLeaseTimeout(leaseTimeout), testserver.WithSweepInterval(20*time.Millisecond))
+	slow := &slowHeartbeats{next: &http.Transport{}, delay: 150 * time.Millisecond}
+	hc := &http.Client{Transport: slow, Timeout: 10 * time.Second}
+	t.Cleanup(hc.CloseIdleConnections)
+	client, err := vigilclient.New([]string{b.srv.URL}, vigilclient.WithHTTPClient(hc))
+	require.NoError(t, err)
+
+	finish := make(chan struct{})
+	causes := make(chan error, 1)
+	a := b.agent("slow", map[string]vigilclient.Handler{
+		"long": func(ctx context.Context, task *vigilclient.Task) (any, error) {
+			select {
+			case <-finish:
+				return "done", nil
+			case <-ctx.Done():
+				causes <- context.Cause(ctx)
+				return nil, context.Cause(ctx)
+			}
+		},
+	}, vigilclient.Settings{HeartbeatInterval: 50 * time.Millisecond, PollInterval: 20 * time.Millisecond})
+	a.Client = client
+	a.DrainGrace = time.Second
+	task := b.enqueue(t, vigilclient.EnqueueParams{TaskType: "long"})
+	start(t, a)
+
+	var claimed *vigiltype.Task
+	waitFor(t, "the claim", func() bool {
+		claimed = b.task(t, task.TaskID)
+		return claimed.Status == vigiltype.TaskRunning
+	})
+	waitFor(t, "the lease renewed past three windows", func() bool {
+		select {
+		case cause := <-causes:
+			t.Fatalf("handler cancelled although every renewal was answered: %v", cause)
+		default:
+		}
+		cur := b.task(t, task.TaskID)
+		require.Equal(t, claimed.LeaseEpoch, cur.LeaseEpoch, "never reclaimed")
+		return cur.LastHeartbeatAt.Sub(*claimed.StartedAt) > 3*leaseTimeout
+	})
+	require.Greater(t, slow.seen.Load(), int32(10), "heartbeats went through the slow transport")
+	close(finish)
+	waitFor(t, "completion", func() bool { return b.task(t, task.TaskID).Status == vigiltype.TaskCompleted })
+	require.Equal(t, claimed.LeaseEpoch, b.task(t, task.TaskID).LeaseEpoch)
+}
