@@ -47,7 +47,22 @@ type Process struct {
 	CurrentTaskID     *int64        `json:"current_task_id"`
 	CurrentTaskType   *string       `json:"current_task_type"`
 	Status            ProcessStatus `json:"status"`
+	// GraceUntil is set while the instance is alive only by the store
+	// outage grace (DESIGN L8): its own heartbeat window has passed, but the
+	// store could not be written for a while, so it is not judged stopped
+	// before this instant (one full alive window of writable store).
+	GraceUntil *time.Time `json:"grace_until,omitempty"`
+	// StatusReason says why Status is what it is when the heartbeat age
+	// alone does not: the outage grace, or a last heartbeat dated in the
+	// future (DESIGN L9). Empty otherwise.
+	StatusReason string `json:"status_reason,omitempty"`
 }
+
+// FutureTolerance is how far ahead of the server's clock a stored time may
+// be before it counts as not heard from (DESIGN L9): a last heartbeat dated
+// more than this in the future (a restore from a host whose clock ran
+// ahead, or a server clock stepped back) does not keep an instance alive.
+const FutureTolerance = 5 * time.Second
 
 // AliveUntil is the last instant at which the instance still counts as alive:
 // last_heartbeat_at + AliveWindowFactor × liveness_interval_s.
@@ -61,9 +76,39 @@ func AliveWindow(livenessIntervalS float64) time.Duration {
 	return (time.Duration(livenessIntervalS*AliveWindowFactor*1000) * time.Millisecond)
 }
 
-// ComputeStatus returns the status of p at now (DESIGN L3).
+// SetStoredDeadline computes Status, GraceUntil and StatusReason at now
+// from the alive_until a store read for p: the heartbeat's own window, or
+// later while a store outage grace lasts (DESIGN L8), or earlier once a
+// row dated in the future was judged not heard from (L9). Stores call it
+// once per row they read.
+func (p *Process) SetStoredDeadline(aliveUntil, now time.Time) {
+	p.GraceUntil, p.StatusReason = nil, ""
+	if p.ExitedAt == nil && aliveUntil.After(p.AliveUntil()) && !now.After(aliveUntil) {
+		until := aliveUntil
+		p.GraceUntil = &until
+	}
+	p.Status = p.ComputeStatus(now)
+	switch {
+	case p.ExitedAt != nil:
+	case p.LastHeartbeatAt.After(now.Add(FutureTolerance)):
+		p.StatusReason = fmt.Sprintf("last heartbeat dated %s, ahead of the server's clock (%s): not heard from",
+			p.LastHeartbeatAt.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))
+	case p.GraceUntil != nil && now.After(p.AliveUntil()):
+		p.StatusReason = "store outage grace: heartbeats could not be written while the store was unavailable; " +
+			"judged by its heartbeats again after " + p.GraceUntil.UTC().Format(time.RFC3339Nano)
+	}
+}
+
+// ComputeStatus returns the status of p at now (DESIGN L3): alive while
+// now is within the alive window of its last heartbeat, or up to
+// GraceUntil (L8); stopped once exited, past both, or when its last
+// heartbeat is dated more than FutureTolerance ahead of now (L9).
 func (p *Process) ComputeStatus(now time.Time) ProcessStatus {
-	if p.ExitedAt != nil || now.After(p.AliveUntil()) {
+	deadline := p.AliveUntil()
+	if p.GraceUntil != nil && p.GraceUntil.After(deadline) {
+		deadline = *p.GraceUntil
+	}
+	if p.ExitedAt != nil || now.After(deadline) || p.LastHeartbeatAt.After(now.Add(FutureTolerance)) {
 		return ProcessStopped
 	}
 	return ProcessAlive

@@ -117,8 +117,26 @@ type Store interface {
 	// past its alive window at Now. Each goes back to scheduled with
 	// reclaims + 1 and the reason in last_error, or to dead_letter when
 	// reclaims passes max_reclaims. The write repeats the predicate. It
-	// returns the tasks as written, at most Limit.
+	// returns the tasks as written, at most Limit. With Pulse set, the pass
+	// first runs StorePulse's step in the same transaction, so no lease is
+	// reclaimed for liveness that a store outage kept from being written.
 	TaskReclaim(ctx context.Context, p TaskReclaimParams) ([]*vigiltype.Task, error)
+
+	// StorePulse records that the store is writable at Now (DESIGN L8, L9).
+	// When the previous pulse is more than Gap before Now, the store could
+	// not be written (or no server ran) in between, so heartbeats could not
+	// be: every instance not exited that was still alive at the previous
+	// pulse gets alive_until = Now + its alive window, and every running
+	// lease that had not expired at the previous pulse gets lease_expires_at
+	// = Now + its lease window (lease_expires_at - last_heartbeat_at), both
+	// never moved backwards; the outage is reported. Every pulse also judges
+	// rows (when asked, see CheckFuture) dated more than FutureTolerance
+	// ahead of Now as not heard from:
+	// such an instance's alive_until and such a lease's lease_expires_at
+	// become Now - 1ms (reported, so it is logged once). The first pulse of
+	// a store only records Now. All in one transaction; several servers
+	// pulsing one store act on a gap once.
+	StorePulse(ctx context.Context, p StorePulseParams) (*StorePulseResult, error)
 
 	// TaskListStalled returns the running tasks held by instances of Kind
 	// whose started_at is before StartedBefore, oldest first (DESIGN S4:
@@ -232,7 +250,9 @@ type ProcessListParams struct {
 	Now    time.Time
 }
 
-// ProcessPruneParams: delete stopped history older than Before.
+// ProcessPruneParams: delete stopped history older than Before, and any
+// instance whose last heartbeat is dated more than
+// vigiltype.FutureTolerance after Now (DESIGN L9: not heard from).
 type ProcessPruneParams struct {
 	Before time.Time
 	Now    time.Time
@@ -316,7 +336,39 @@ type TaskReleaseParams struct {
 type TaskReclaimParams struct {
 	Now   time.Time
 	Limit int
+	// Pulse, when set, is a StorePulse run first in the pass's transaction
+	// (its Now is the pass's Now).
+	Pulse *StorePulseParams
 }
+
+// StorePulseParams: a pulse at Now. Gap > 0 is how long the store may go
+// without a pulse before the interval counts as an outage (the daemon's
+// pulse interval times a margin). FutureTolerance > 0 is
+// vigiltype.FutureTolerance unless a test says otherwise.
+type StorePulseParams struct {
+	Now             time.Time
+	Gap             time.Duration
+	FutureTolerance time.Duration
+	// CheckFuture asks for the future-dated rows check, which reads every
+	// instance not exited: the daemon asks on its first pulse and once a
+	// minute. A pulse that finds the clock stepped back (the previous
+	// pulse more than FutureTolerance after Now) or a gap checks anyway.
+	CheckFuture bool
+}
+
+// StorePulseResult is what one pulse found.
+type StorePulseResult struct {
+	// OutageFrom and OutageTo bound the gap this pulse found (the previous
+	// pulse and Now); both zero when it found none.
+	OutageFrom, OutageTo time.Time
+	// GraceProcesses and GraceLeases count the instances and leases given
+	// a fresh window for the gap.
+	GraceProcesses, GraceLeases int64
+	// FutureProcesses and FutureLeases count the rows dated in the future
+	// that this pulse judged not heard from.
+	FutureProcesses, FutureLeases int64
+}
+
 
 // Clocked is implemented by a backend that several servers may share: Now
 // reads the database's clock, which the daemon follows (clock.Synced) so

@@ -64,7 +64,7 @@ func (s *Store) ProcessHeartbeatBatch(ctx context.Context, items []store.Process
 		var refused []int
 		for i, w := range writes {
 			if p, ok := returned[key{w.InstanceID, w.TokenHash}]; ok {
-				p.Status = p.ComputeStatus(nows[i])
+				p.SetStoredDeadline(p.AliveUntil(), nows[i]) // a heartbeat just set alive_until to its window
 				written[i].Process = p
 				continue
 			}

@@ -15,7 +15,7 @@ import (
 
 // processColumns are the processes columns scanProcess reads, in order.
 const processColumns = `instance_id, process_kind, hostname, pid, liveness_interval_s,
-	started_at, last_heartbeat_at, exited_at, current_task_id, current_task_type`
+	started_at, last_heartbeat_at, exited_at, current_task_id, current_task_type, alive_until`
 
 // aliveSQL is true for a processes row that is alive at @now; its negation
 // is stopped. It agrees with vigiltype.Process.ComputeStatus because
@@ -33,14 +33,15 @@ var aliveUntilSQL = sqlAddMS("@now",
 // vigiltype values.
 func scanProcess(row rowScanner, now time.Time) (*vigiltype.Process, error) {
 	var p vigiltype.Process
+	var aliveUntil time.Time
 	if err := row.Scan(&p.InstanceID, &p.ProcessKind, &p.Hostname, &p.PID, &p.LivenessIntervalS,
-		&p.StartedAt, &p.LastHeartbeatAt, &p.ExitedAt, &p.CurrentTaskID, &p.CurrentTaskType); err != nil {
+		&p.StartedAt, &p.LastHeartbeatAt, &p.ExitedAt, &p.CurrentTaskID, &p.CurrentTaskType, &aliveUntil); err != nil {
 		return nil, err
 	}
 	p.StartedAt = p.StartedAt.UTC()
 	p.LastHeartbeatAt = p.LastHeartbeatAt.UTC()
 	p.ExitedAt = utcPtr(p.ExitedAt)
-	p.Status = p.ComputeStatus(now)
+	p.SetStoredDeadline(aliveUntil.UTC(), now)
 	return &p, nil
 }
 
@@ -211,12 +212,11 @@ func (s *Store) ProcessList(ctx context.Context, p store.ProcessListParams) ([]*
 func (s *Store) ProcessPrune(ctx context.Context, p store.ProcessPruneParams) (int64, error) {
 	tag, err := s.pool.Exec(ctx, `
 		DELETE FROM processes
-		WHERE NOT `+aliveSQL+`
-			AND last_heartbeat_at < @before
+		WHERE (last_heartbeat_at > @future OR (NOT `+aliveSQL+` AND last_heartbeat_at < @before))
 			AND NOT EXISTS (
 				SELECT 1 FROM tasks
 				WHERE tasks.lease_owner = processes.instance_id AND tasks.status = 'running')`,
-		pgx.StrictNamedArgs{"now": utcMS(p.Now), "before": utcMS(p.Before)},
+		pgx.StrictNamedArgs{"now": utcMS(p.Now), "before": utcMS(p.Before), "future": utcMS(p.Now.Add(vigiltype.FutureTolerance))},
 	)
 	if err != nil {
 		return 0, fmt.Errorf("prune processes: %w", interpretError(err))

@@ -478,7 +478,36 @@ var reclaimReasonSQL = `CASE WHEN ` + holderStoppedSQL + `
 // of them instead of sorting every one (issue #6).
 func (s *Store) TaskReclaim(ctx context.Context, p store.TaskReclaimParams) ([]*vigiltype.Task, error) {
 	const dead = `reclaims + 1 > max_reclaims`
-	rows, err := s.pool.Query(ctx, `
+	if p.Pulse != nil {
+		// The pulse and the reclaim in one transaction: no lease is taken
+		// back for liveness a store outage kept from being written.
+		var tasks []*vigiltype.Task
+		err := s.inTx(ctx, func(tx pgx.Tx) error {
+			pulse := *p.Pulse
+			pulse.Now = p.Now
+			if _, err := pulseTx(ctx, tx, pulse); err != nil {
+				return fmt.Errorf("pulse: %w", err)
+			}
+			var err error
+			tasks, err = reclaimIn(ctx, tx, p)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("reclaim tasks: %w", interpretError(err))
+		}
+		return tasks, nil
+	}
+	tasks, err := reclaimIn(ctx, s.pool, p)
+	if err != nil {
+		return nil, fmt.Errorf("reclaim tasks: %w", interpretError(err))
+	}
+	return tasks, nil
+}
+
+// reclaimIn runs TaskReclaim's statement on q (the pool, or a transaction).
+func reclaimIn(ctx context.Context, q hbQuerier, p store.TaskReclaimParams) ([]*vigiltype.Task, error) {
+	const dead = `reclaims + 1 > max_reclaims`
+	rows, err := q.Query(ctx, `
 		WITH picked AS (
 			SELECT task_id FROM tasks
 			WHERE `+reclaimableSQL+`
@@ -510,13 +539,9 @@ func (s *Store) TaskReclaim(ctx context.Context, p store.TaskReclaimParams) ([]*
 		pgx.StrictNamedArgs{"now": utcMS(p.Now), "limit": sqlLimit(p.Limit)},
 	)
 	if err != nil {
-		return nil, fmt.Errorf("reclaim tasks: %w", interpretError(err))
+		return nil, err
 	}
-	tasks, err := scanTasks(rows)
-	if err != nil {
-		return nil, fmt.Errorf("reclaim tasks: %w", interpretError(err))
-	}
-	return tasks, nil
+	return scanTasks(rows)
 }
 
 // TaskListStalled implements store.Store. Limit <= 0 means no limit. The

@@ -70,7 +70,7 @@ func (s *Store) ProcessHeartbeatBatch(ctx context.Context, items []store.Process
 		}
 		for i, w := range writes {
 			if p, ok := returned[key{w.InstanceID, w.TokenHash}]; ok {
-				p.Status = p.ComputeStatus(utcMS(w.Now))
+				p.SetStoredDeadline(p.AliveUntil(), utcMS(w.Now)) // a heartbeat just set alive_until to its window
 				written[i].Process = p
 				continue
 			}

@@ -14,7 +14,7 @@ import (
 
 // processColumns are the processes columns scanProcess reads, in order.
 const processColumns = `instance_id, process_kind, hostname, pid, liveness_interval_s,
-	started_at, last_heartbeat_at, exited_at, current_task_id, current_task_type`
+	started_at, last_heartbeat_at, exited_at, current_task_id, current_task_type, alive_until`
 
 // aliveSQL is true for a processes row that is alive at @now; its negation
 // is stopped. It agrees with vigiltype.Process.ComputeStatus because
@@ -34,23 +34,25 @@ func scanProcess(row rowScanner, now time.Time) (*vigiltype.Process, error) {
 	var (
 		p                          vigiltype.Process
 		startedAt, lastHeartbeatAt string
+		aliveUntil                 string
 		exitedAt, currentTaskType  sql.Null[string]
 		currentTaskID              sql.Null[int64]
 	)
 	if err := row.Scan(&p.InstanceID, &p.ProcessKind, &p.Hostname, &p.PID, &p.LivenessIntervalS,
-		&startedAt, &lastHeartbeatAt, &exitedAt, &currentTaskID, &currentTaskType); err != nil {
+		&startedAt, &lastHeartbeatAt, &exitedAt, &currentTaskID, &currentTaskType, &aliveUntil); err != nil {
 		return nil, err
 	}
 	var tp timeParser
 	p.StartedAt = tp.time(startedAt)
 	p.LastHeartbeatAt = tp.time(lastHeartbeatAt)
 	p.ExitedAt = tp.nullTime(exitedAt)
+	deadline := tp.time(aliveUntil)
 	if tp.err != nil {
 		return nil, fmt.Errorf("process %s: %w", p.InstanceID, tp.err)
 	}
 	p.CurrentTaskID = nullPtr(currentTaskID)
 	p.CurrentTaskType = nullPtr(currentTaskType)
-	p.Status = p.ComputeStatus(now)
+	p.SetStoredDeadline(deadline, now)
 	return &p, nil
 }
 
@@ -229,13 +231,13 @@ func (s *Store) ProcessList(ctx context.Context, p store.ProcessListParams) ([]*
 func (s *Store) ProcessPrune(ctx context.Context, p store.ProcessPruneParams) (int64, error) {
 	res, err := s.writer.ExecContext(ctx, `
 		DELETE FROM processes
-		WHERE NOT `+aliveSQL+`
-			AND last_heartbeat_at < @before
+		WHERE (last_heartbeat_at > @future OR (NOT `+aliveSQL+` AND last_heartbeat_at < @before))
 			AND NOT EXISTS (
 				SELECT 1 FROM tasks
 				WHERE tasks.lease_owner = processes.instance_id AND tasks.status = 'running')`,
 		sql.Named("now", timeString(p.Now)),
 		sql.Named("before", timeString(p.Before)),
+		sql.Named("future", timeString(p.Now.Add(vigiltype.FutureTolerance))),
 	)
 	if err != nil {
 		return 0, fmt.Errorf("prune processes: %w", err)

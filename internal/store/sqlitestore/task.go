@@ -476,6 +476,13 @@ func (s *Store) TaskReclaim(ctx context.Context, p store.TaskReclaimParams) ([]*
 	const dead = `reclaims + 1 > max_reclaims`
 	var tasks []*vigiltype.Task
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if p.Pulse != nil {
+			pulse := *p.Pulse
+			pulse.Now = p.Now
+			if _, err := pulseTx(ctx, tx, pulse); err != nil {
+				return fmt.Errorf("pulse: %w", err)
+			}
+		}
 		rows, err := tx.QueryContext(ctx, `
 			UPDATE tasks SET
 				reclaims = reclaims + 1,

@@ -41,6 +41,7 @@ func Exercise(ctx context.Context, t *testing.T, newStore func(t *testing.T) sto
 	t.Run("Sweeper", func(t *testing.T) { exerciseSweeper(ctx, t, newStore) })
 	t.Run("Agent", func(t *testing.T) { exerciseAgent(ctx, t, newStore) })
 	t.Run("Event", func(t *testing.T) { exerciseEvent(ctx, t, newStore) })
+	t.Run("Pulse", func(t *testing.T) { exercisePulse(ctx, t, newStore) })
 }
 
 // t0 is the suite's reference instant; tests express every time as t0 plus
