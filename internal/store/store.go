@@ -369,7 +369,6 @@ type StorePulseResult struct {
 	FutureProcesses, FutureLeases int64
 }
 
-
 // Clocked is implemented by a backend that several servers may share: Now
 // reads the database's clock, which the daemon follows (clock.Synced) so
 // that every server decides liveness and lease expiry by one clock

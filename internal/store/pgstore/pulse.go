@@ -103,4 +103,3 @@ func pulseTx(ctx context.Context, tx pgx.Tx, p store.StorePulseParams) (*store.S
 	res.FutureLeases = tag.RowsAffected()
 	return res, nil
 }
-
