@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/vigil-fleet/vigil/internal/clock"
@@ -59,6 +60,11 @@ type Config struct {
 	// then a transaction of its own (for measuring it; issue #6).
 	GroupCommit   liveness.GroupCommitConfig
 	NoGroupCommit bool
+	// PulseGap is how long the store may go without a pulse before the
+	// interval counts as an outage (liveness.PulseGapDefault when zero;
+	// negative: no pulse, for tests on a fake clock whose jumps are not
+	// outages). DESIGN L8.
+	PulseGap time.Duration
 	// NoListen wires the services to the store and nothing more: no port
 	// is bound and Start serves no HTTP (vigil mcp, which speaks on stdio).
 	// Addr is then not used; the daemon's Addr and URL are "".
@@ -80,6 +86,9 @@ type Daemon struct {
 	listener net.Listener
 	server   *http.Server
 	served   chan error
+
+	stopOnce sync.Once
+	stopErr  error
 }
 
 // New validates cfg, opens the store (running migrations), wires the
@@ -138,9 +147,13 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	d.Events = events.New(st, cfg.Clock)
 	d.Metrics = metrics.New(st, cfg.Clock, cfg.Logger)
 	d.Events.Recorded = func(k vigiltype.EventKind) { d.Metrics.Events.WithLabelValues(string(k)).Inc() }
+	var pulser *liveness.Pulser
+	if cfg.PulseGap >= 0 {
+		pulser = liveness.NewPulser(st, cfg.Clock, cmp.Or(cfg.PulseGap, liveness.PulseGapDefault), cfg.Logger)
+	}
 	d.Lease, err = lease.New(lease.Config{
 		Store: st, Liveness: d.Liveness, Clock: cfg.Clock,
-		LeaseTimeout: cfg.LeaseTimeout, ExpiryPolicy: cfg.LeaseExpiry,
+		LeaseTimeout: cfg.LeaseTimeout, ExpiryPolicy: cfg.LeaseExpiry, Pulser: pulser,
 	})
 	if err != nil {
 		st.Close()
@@ -156,6 +169,17 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d.sweepers = append(d.sweepers, reclaimer)
+	if pulser != nil {
+		pulse, err := sweeper.New(sweeper.Config{
+			Name: "store_pulse", Interval: liveness.PulseIntervalDefault, Pass: pulser.Pass,
+			Store: st, Clock: cfg.Clock, Logger: cfg.Logger,
+		})
+		if err != nil {
+			st.Close()
+			return nil, err
+		}
+		d.sweepers = append(d.sweepers, pulse)
+	}
 	d.Snapshot, err = snapshot.New(snapshot.Config{
 		Registry: d.Registry, Liveness: d.Liveness,
 		Tasks: snapshot.LeaseTasks(d.Lease), Events: snapshot.EventLog(d.Events), Clock: cfg.Clock,
@@ -235,8 +259,13 @@ func (d *Daemon) Start(ctx context.Context) {
 }
 
 // Stop stops the sweepers, lets in-flight requests finish (ShutdownGrace),
-// and closes the store.
+// and closes the store. It is idempotent: later calls return the first's error.
 func (d *Daemon) Stop() error {
+	d.stopOnce.Do(func() { d.stopErr = d.stop() })
+	return d.stopErr
+}
+
+func (d *Daemon) stop() error {
 	for _, s := range d.sweepers {
 		s.Stop()
 	}

@@ -93,6 +93,11 @@ type Config struct {
 	RetryBackoffMax  time.Duration
 	// ExpiryPolicy is ExpiryMax when empty (DESIGN T4).
 	ExpiryPolicy ExpiryPolicy
+	// Pulser, when set, writes the store's pulse before every reclaim
+	// pass, and the pass repeats it in its own transaction: no lease is
+	// reclaimed for liveness or renewals a store outage kept from being
+	// written (DESIGN L8). nil: reclaims judge the rows as they are.
+	Pulser *liveness.Pulser
 }
 
 // Service is the task outbox.
@@ -491,9 +496,16 @@ func (s *Service) Release(ctx context.Context, l Lease) (*vigiltype.Task, error)
 // Reclaim is one pass of the lease reclaimer: it takes back every lease
 // whose holder is gone (expired, or holder stopped) and returns how many.
 func (s *Service) Reclaim(ctx context.Context) (int, error) {
+	var pulse *store.StorePulseParams
+	if s.cfg.Pulser != nil {
+		if _, err := s.cfg.Pulser.Pass(ctx); err != nil {
+			return 0, fmt.Errorf("reclaim leases: %w", err)
+		}
+		pulse = &store.StorePulseParams{Gap: s.cfg.Pulser.Gap(), FutureTolerance: vigiltype.FutureTolerance}
+	}
 	total := 0
 	for {
-		tasks, err := s.store.TaskReclaim(ctx, store.TaskReclaimParams{Now: s.clock.Now(), Limit: ReclaimBatch})
+		tasks, err := s.store.TaskReclaim(ctx, store.TaskReclaimParams{Now: s.clock.Now(), Limit: ReclaimBatch, Pulse: pulse})
 		total += len(tasks)
 		if s.Reclaimed != nil && len(tasks) > 0 {
 			s.Reclaimed(len(tasks))

@@ -40,9 +40,16 @@ func WithSweepInterval(d time.Duration) Option {
 	return func(c *daemon.Config) { c.SweepInterval = d }
 }
 
-// WithClock makes the server read time from clk.
+// WithClock makes the server read time from clk. The store pulse is off
+// (daemon.Config.PulseGap < 0): a fake clock's jumps are not store outages.
 func WithClock(clk clock.Clock) Option {
-	return func(c *daemon.Config) { c.Clock = clk }
+	return func(c *daemon.Config) { c.Clock, c.PulseGap = clk, -1 }
+}
+
+// WithPulseGap sets the gap in the store's pulse that counts as an outage
+// (DESIGN L8); after WithClock it turns the pulse back on.
+func WithPulseGap(d time.Duration) Option {
+	return func(c *daemon.Config) { c.PulseGap = d }
 }
 
 // WithDB serves from db: an SQLite path or a postgres:// URL (see
