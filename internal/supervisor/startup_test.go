@@ -4,6 +4,7 @@ package supervisor
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -14,9 +15,21 @@ import (
 
 // An agent that has not registered its instance within its startup timeout
 // is killed, a startup_timeout event is recorded, and it is restarted; one
-// that registered is left alone.
+// that registered is left alone. Only an instance of the launched process
+// counts: its pid on this host. The server is asked for the instances
+// registered since the launch as a duration, never a time of this host's
+// clock (DESIGN L10).
 func TestSupervisorStartupTimeout(t *testing.T) {
 	events := newEventLog()
+	var sup *Supervisor
+	pidOf := func(agent string) int {
+		for _, st := range sup.Status() {
+			if st.Name == agent {
+				return st.PID
+			}
+		}
+		return 0
+	}
 	b := setup(t, Config{
 		Agents: []Agent{
 			{Name: "hangs", Command: []string{"sleep", "1000"}, StartupTimeout: 50 * time.Millisecond},
@@ -24,11 +37,22 @@ func TestSupervisorStartupTimeout(t *testing.T) {
 		},
 		Backoff: BackoffPolicy{Min: 10 * time.Millisecond, FastFailure: time.Hour, Max: 10 * time.Millisecond, Jitter: JitterOff},
 		Events:  events,
-		Registered: func(_ context.Context, agent string, since time.Time) (bool, error) {
-			require.False(t, since.IsZero())
-			return agent == "boots", nil
+		Host:    "box1",
+		Registered: func(_ context.Context, agent string, within time.Duration) ([]*vigiltype.Process, error) {
+			require.GreaterOrEqual(t, within, 50*time.Millisecond, "the time since the launch")
+			require.Less(t, within, time.Minute, "the time since the launch")
+			if agent == "boots" {
+				return []*vigiltype.Process{{ProcessKind: agent, Hostname: "box1", PID: pidOf(agent)}}, nil
+			}
+			// Not the launched process: another host's with its pid, and
+			// this host's under another pid.
+			return []*vigiltype.Process{
+				{ProcessKind: agent, Hostname: "box2", PID: pidOf(agent)},
+				{ProcessKind: agent, Hostname: "box1", PID: os.Getpid()},
+			}, nil
 		},
 	})
+	sup = b.sup
 	b.run(t)
 	for range 2 {
 		recv(t, b.sup.testSignals.started.ch, "start")

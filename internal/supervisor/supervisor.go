@@ -90,10 +90,17 @@ type Config struct {
 	// running process restarts it at once (vigil stop / start / restart).
 	Desired     DesiredSource
 	DesiredPoll time.Duration
-	// Registered tells whether agent has registered a process instance
-	// since a launch, for the agents with a StartupTimeout. Without it
-	// startup timeouts are not checked.
-	Registered func(ctx context.Context, agent string, since time.Time) (bool, error)
+	// Registered lists the process instances of agent's kind that were
+	// registered with the server within the last `within`, on the server's
+	// clock, for the agents with a StartupTimeout. The supervisor passes
+	// the time since the launch, measured on its own monotonic clock, and
+	// then looks among them for one of the launched process (its pid, or a
+	// descendant's, on Host): it never compares its clock with the
+	// server's (DESIGN L10). Without it startup timeouts are not checked.
+	Registered func(ctx context.Context, agent string, within time.Duration) ([]*vigiltype.Process, error)
+	// Host is this host's name as instances report it, for the startup
+	// check (os.Hostname when empty).
+	Host string
 	// Restarted and StallKilled, when set, are told (for metrics) of each
 	// relaunch of an agent after its process ended or failed to launch —
 	// never its first launch — and of each stall kill. They must not block.
@@ -153,8 +160,10 @@ type Supervisor struct {
 	stdout    io.Writer
 	stderr    io.Writer
 	events    EventSink
-	// registered is Config.Registered (startup timeouts).
-	registered func(ctx context.Context, agent string, since time.Time) (bool, error)
+	// registered and host are Config.Registered and Config.Host (startup
+	// timeouts).
+	registered func(ctx context.Context, agent string, within time.Duration) ([]*vigiltype.Process, error)
+	host       string
 	// restarted and stallKilled are Config's metrics hooks; never nil.
 	restarted, stallKilled func(agent string)
 	stall                  StallConfig // Source nil: no stall detection
@@ -270,6 +279,7 @@ func New(cfg Config) (*Supervisor, error) {
 		stderr:     syncWriter{mu: &outMu, w: stderr},
 		events:     cfg.Events,
 		registered: cfg.Registered,
+		host:       cfg.Host,
 		status:     status,
 		gens:       make([]string, len(agents)),
 		kills:      kills,
@@ -282,6 +292,9 @@ func New(cfg Config) (*Supervisor, error) {
 		genPrefix:    genPrefix,
 		reapInterval: reapIntervalDefault,
 		seed:         rand.Uint64(),
+	}
+	if sup.host == "" {
+		sup.host, _ = os.Hostname()
 	}
 	sup.restarted, sup.stallKilled = orNop(cfg.Restarted), orNop(cfg.StallKilled)
 	if cfg.Stall != nil && cfg.Stall.Source != nil {
@@ -490,7 +503,7 @@ func (s *Supervisor) runOnce(ctx context.Context, i, attempt int, log *slog.Logg
 	}
 	s.waitExit(pidfd, reapLeader)
 	if a.StartupTimeout > 0 && s.registered != nil {
-		stopCheck := s.watchStartup(ctx, i, started, waited)
+		stopCheck := s.watchStartup(ctx, i, started, pid, gen, waited)
 		defer stopCheck()
 	}
 
