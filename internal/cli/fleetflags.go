@@ -244,7 +244,12 @@ func (d desiredFrom) Desired(ctx context.Context, name string) (supervisor.Desir
 	m, err := d.plannedStop(ctx, name)
 	switch {
 	case err == nil:
-		out.PlannedStopAt = m.CreatedAt
+		// created_at and expires_at serve as the marker's identity only:
+		// they are never compared with this host's clock (DESIGN L10).
+		out.PlannedStop = &supervisor.Marker{
+			ID:  m.CreatedAt.UTC().Format(time.RFC3339Nano) + "/" + m.ExpiresAt.UTC().Format(time.RFC3339Nano),
+			Age: time.Duration(m.AgeMS) * time.Millisecond,
+		}
 	case !errorsIsNotFound(err):
 		return supervisor.Desired{}, err
 	}

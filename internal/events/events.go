@@ -161,15 +161,17 @@ func (s *Service) Ack(ctx context.Context, eventID int64, kind string) (*vigilty
 }
 
 // ActivePlannedStop returns the agent's planned stop marker if it covers
-// now. Errors: ErrNotFound when there is none.
+// now, with its age at now (AgeMS). Errors: ErrNotFound when there is none.
 func (s *Service) ActivePlannedStop(ctx context.Context, agent string) (*vigiltype.PlannedStop, error) {
 	if err := vigiltype.CheckName("agent", agent); err != nil {
 		return nil, err
 	}
-	m, err := s.store.PlannedStopGet(ctx, agent, s.clock.Now())
+	now := s.clock.Now()
+	m, err := s.store.PlannedStopGet(ctx, agent, now)
 	if err != nil {
 		return nil, fmt.Errorf("planned stop of agent %q: %w", agent, err)
 	}
+	m.AgeMS = max(0, now.Sub(m.CreatedAt).Milliseconds())
 	return m, nil
 }
 

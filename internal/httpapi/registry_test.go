@@ -152,6 +152,12 @@ func TestProcessEventsAndPlannedStops(t *testing.T) {
 	require.Equal(t, 120*time.Second, marker.ExpiresAt.Sub(marker.CreatedAt), "default TTL")
 
 	b.clock.Advance(10 * time.Second)
+	r = b.do("GET", "/v1/agents/research/planned-stop", "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	var read vigiltype.PlannedStop
+	r.decode(t, &read)
+	require.Equal(t, int64(10_000), read.AgeMS, "its age on the server's clock, for a reader on another clock (DESIGN L10)")
+	require.True(t, read.CreatedAt.Equal(marker.CreatedAt))
 	first := b.recordExit("research")
 	b.clock.Advance(100 * time.Second)
 	second := b.recordExit("research")
