@@ -130,7 +130,7 @@ func (r remoteServer) RecordEvent(ctx context.Context, e supervisor.Event) error
 	}
 	_, err := r.c.RecordEvent(ctx, vigilclient.EventParams{
 		Agent: e.Agent, Kind: e.Kind, ExitCode: e.ExitCode, Signal: e.Signal,
-		RunDuration: e.RunDuration, StderrTail: e.StderrTail, Detail: detail,
+		RunDuration: e.RunDuration, StderrTail: e.StderrTail, Detail: detail, Launched: e.Launched,
 	})
 	return err
 }

@@ -157,9 +157,14 @@ func (r eventRecorder) RecordEvent(ctx context.Context, e supervisor.Event) erro
 		}
 		detail = raw
 	}
-	_, err := r.svc.Record(ctx, events.RecordParams{
+	p := events.RecordParams{
 		Agent: e.Agent, Kind: e.Kind, ExitCode: e.ExitCode, Signal: e.Signal,
 		RunDurationMS: e.RunDuration.Milliseconds(), StderrTail: e.StderrTail, Detail: detail,
-	})
+	}
+	if !e.Launched.IsZero() {
+		age := max(0, time.Since(e.Launched).Milliseconds())
+		p.LaunchAgeMS = &age
+	}
+	_, err := r.svc.Record(ctx, p)
 	return err
 }

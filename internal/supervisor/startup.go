@@ -56,7 +56,7 @@ func (s *Supervisor) watchStartup(ctx context.Context, i int, started time.Time,
 			s.testSignals.startupChecked.signal(true)
 		default:
 			log.Warn("agent did not register within its startup timeout; killing it", "startup_timeout", a.StartupTimeout, "pid", pid)
-			s.report(log, Event{Agent: a.Name, Kind: vigiltype.EventStartupTimeout,
+			s.report(log, Event{Agent: a.Name, Kind: vigiltype.EventStartupTimeout, Launched: started,
 				Detail: map[string]any{"startup_timeout_s": a.StartupTimeout.Seconds()}})
 			s.requestKill(i, kill{reason: "startup timeout", pid: pid})
 			s.testSignals.startupChecked.signal(false)
