@@ -55,8 +55,9 @@ type AgentTimeline struct {
 	Up    []Span `json:"up"`
 	Marks []Mark `json:"marks"` // oldest first
 	// PlannedStops is the active planned stop marker (DESIGN E2): the
-	// stretch in which the agent's exits are written suppressed. It says
-	// nothing about whether the agent runs; DeclaredStopped does.
+	// stretch in which exits of the process running when it was written
+	// are written suppressed (not those of a process started after it). It
+	// says nothing about whether the agent runs; DeclaredStopped does.
 	PlannedStops []Span `json:"planned_stops"`
 	// StoppedOnPurpose holds the down gaps whose first exit was suppressed
 	// (a planned stop or restart, DESIGN E2): kept down on purpose, not an
