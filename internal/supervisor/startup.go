@@ -19,8 +19,8 @@ const registrationSlack = time.Second
 // instances registered within the time since the launch (a duration on
 // this host's monotonic clock, applied by the server to its own), and one
 // of them must be this host's and belong to the launched process (the
-// leader, or a descendant carrying gen: a wrapper such as `go run` or
-// `sh -c`). If none does, it records a startup_timeout event and asks
+// leader, or a descendant in its process group or carrying gen: the program
+// a wrapper such as `go run` or `sh -c` starts). If none does, it records a startup_timeout event and asks
 // runOnce to kill the process (the supervise loop then restarts it with
 // backoff). A failed check fails open: nothing is killed. The returned
 // func stops the watch.
@@ -43,7 +43,7 @@ func (s *Supervisor) watchStartup(ctx context.Context, i int, started time.Time,
 		procs, err := s.registered(ctx, a.Name, time.Since(started)+registrationSlack)
 		ok := false
 		for _, p := range procs {
-			if p.Hostname == s.host && ownsProcess(p.PID, pid, gen) {
+			if p.Hostname == s.host && (ownsProcess(p.PID, pid, gen) || inGroup(p.PID, pid)) {
 				ok = true
 				break
 			}

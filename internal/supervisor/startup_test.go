@@ -5,6 +5,9 @@ package supervisor
 import (
 	"context"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,4 +79,33 @@ func TestSupervisorStartupTimeout(t *testing.T) {
 	for _, e := range timeouts {
 		require.Equal(t, "hangs", e.Agent)
 	}
+}
+
+// An agent started through a wrapper (`go run`, `sh -c`) registers under
+// its own pid, a descendant of the launched process: that counts too.
+func TestSupervisorStartupCheckFindsAWrappedAgent(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	b := setup(t, Config{
+		Agents: []Agent{{Name: "wrapped", StartupTimeout: time.Second, // time for sh to write the pid file
+			Command: []string{"sh", "-c", `sleep 1000 & echo $! > "$PIDFILE"; wait`}, Env: map[string]string{"PIDFILE": pidFile}}},
+		Backoff: BackoffPolicy{Min: time.Hour, FastFailure: time.Hour, Max: time.Hour, Jitter: JitterOff},
+		Events:  newEventLog(),
+		Host:    "box1",
+		Registered: func(_ context.Context, agent string, _ time.Duration) ([]*vigiltype.Process, error) {
+			data, err := os.ReadFile(pidFile)
+			if err != nil {
+				return nil, nil // not registered yet
+			}
+			pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+			require.NoError(t, err)
+			return []*vigiltype.Process{{ProcessKind: agent, Hostname: "box1", PID: pid}}, nil
+		},
+	})
+	b.run(t)
+	leader := recv(t, b.sup.testSignals.started.ch, "start")
+	require.True(t, recv(t, b.sup.testSignals.startupChecked.ch, "startup check"), "the wrapped process registered")
+	data, err := os.ReadFile(pidFile)
+	require.NoError(t, err)
+	require.NotEqual(t, strconv.Itoa(leader), strings.TrimSpace(string(data)), "a descendant, not the leader")
+	b.stop(t)
 }
