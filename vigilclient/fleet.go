@@ -120,6 +120,13 @@ type EventParams struct {
 	RunDuration time.Duration // sent in milliseconds
 	StderrTail  string
 	Detail      any // marshalled to JSON; nil is null
+	// Launched is when the process the event is about was launched, read
+	// from this host's clock (time.Now() at the launch, monotonic reading
+	// included); zero when not known. It is sent as launch_age_ms, its age
+	// at the call: the server places the launch on its own clock, never
+	// comparing this host's clock with its own (DESIGN L10), and a planned
+	// stop covers only the processes launched before it (E2).
+	Launched time.Time
 }
 
 // RecordEvent appends a process event (DESIGN E1). Errors: ErrInvalid.
@@ -127,6 +134,9 @@ func (c *Client) RecordEvent(ctx context.Context, p EventParams) (*vigiltype.Pro
 	body := map[string]any{
 		"agent": p.Agent, "kind": p.Kind, "exit_code": p.ExitCode, "signal": p.Signal,
 		"run_duration_ms": p.RunDuration.Milliseconds(), "stderr_tail": p.StderrTail, "detail": p.Detail,
+	}
+	if !p.Launched.IsZero() {
+		body["launch_age_ms"] = max(0, time.Since(p.Launched).Milliseconds())
 	}
 	var out vigiltype.ProcessEvent
 	if _, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/events", body: body}, &out); err != nil {

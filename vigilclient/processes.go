@@ -117,6 +117,11 @@ type ListProcessesParams struct {
 	Status vigiltype.ProcessStatus // ProcessAlive, ProcessStopped or "" for both
 	Limit  int                     // 0: the server's default (50); at most 1000
 	Cursor string                  // ProcessPage.NextCursor of the previous page
+	// StartedWithin, when positive, keeps only the instances started within
+	// this long before the server's now (sent in seconds): "registered
+	// since I launched it", asked without comparing this host's clock with
+	// the server's (DESIGN L10).
+	StartedWithin time.Duration
 }
 
 // ProcessPage is one page of process instances, newest first (started_at,
@@ -136,6 +141,9 @@ func (c *Client) ListProcesses(ctx context.Context, p ListProcessesParams) (*Pro
 	setIf(q, "cursor", p.Cursor)
 	if p.Limit > 0 {
 		q.Set("limit", strconv.Itoa(p.Limit))
+	}
+	if p.StartedWithin > 0 {
+		q.Set("started_within_s", strconv.FormatFloat(p.StartedWithin.Seconds(), 'f', -1, 64))
 	}
 	var out struct {
 		Processes  []vigiltype.Process `json:"processes"`

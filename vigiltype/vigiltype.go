@@ -263,14 +263,21 @@ type ProcessEvent struct {
 	DeliveryKind  *string         `json:"delivery_kind"`
 }
 
-// PlannedStop says an operator stops an agent on purpose: exits of that
-// agent between CreatedAt and ExpiresAt are written already delivered,
-// delivery_kind "suppressed" (DESIGN E2).
+// PlannedStop says an operator stops an agent on purpose: until ExpiresAt,
+// exits of the agent's processes that were running when it was written
+// (CreatedAt) are written already delivered, delivery_kind "suppressed"; a
+// process launched after it is not covered (DESIGN E2).
 type PlannedStop struct {
 	Agent     string    `json:"agent"`
 	Reason    string    `json:"reason"`
 	CreatedAt time.Time `json:"created_at"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// AgeMS is how long before the read the marker was written, in
+	// milliseconds of the server's clock (now - created_at, computed at
+	// read time like a process's status; 0 in the answer to a write). A
+	// supervisor places the marker on its own monotonic clock with it
+	// rather than compare CreatedAt with its own clock (DESIGN L10).
+	AgeMS int64 `json:"age_ms"`
 }
 
 // SweeperKind is the kind every Sweeper reports.

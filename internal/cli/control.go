@@ -27,10 +27,10 @@ func newStopCmd() *cobra.Command {
 		Long: `Stop an agent on purpose: a planned stop marker (DESIGN E2) is written with
 --reason, so its exit is recorded as suppressed rather than alerting, and the
 agent is marked stopped in the registry. Its supervisor stops the process
-and does not restart it until 'vigil start AGENT'. Like every planned stop,
-the marker covers all of the agent's exits until --ttl passes (DESIGN E2):
-a crash right after a 'vigil start' within that time is recorded suppressed
-too.`,
+and does not restart it until 'vigil start AGENT'. The marker covers the
+exits of the processes that were running when it was written, until --ttl
+passes: a process started later (by 'vigil start') is not covered, and its
+crash is an ordinary, alerting event however soon it comes.`,
 		Example: `  vigil stop research --reason "operator redeploy"`,
 		Args:    oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -63,7 +63,7 @@ too.`,
 	}
 	cf.register(cmd)
 	cmd.Flags().StringVar(&reason, "reason", "", "why the agent is stopped (required; shown with the suppressed exit)")
-	cmd.Flags().DurationVar(&ttl, "ttl", 0, "how long the planned stop suppresses the agent's exits (default: the server's 120s)")
+	cmd.Flags().DurationVar(&ttl, "ttl", 0, "how long the planned stop may suppress the exit of the process it stops (default: the server's 120s)")
 	return cmd
 }
 
@@ -112,11 +112,13 @@ func newRestartCmd() *cobra.Command {
 		Short:   "Restart an agent now, its exit suppressed",
 		Long: `Restart an agent on purpose: a planned stop marker (DESIGN E2) is written
 with --reason; the supervisor, on two control polls in a row (--control-poll
-of vigil up/supervise, so within about two of them), sees a marker newer
-than the running process, stops it (the exit recorded as suppressed) and
-starts it again at once, without backoff. The marker covers every exit of the agent until --ttl
-passes (DESIGN E2), a crash of the new process within it included; keep
---ttl short when that matters.`,
+of vigil up/supervise, so within about two of them), sees a marker written
+after the running process started, stops it (the exit recorded as
+suppressed) and starts it again at once, without backoff. It acts on each
+marker once. The marker covers the exits of the processes that were
+running when it was written, until --ttl passes: the new process is not
+covered, so its crash, however soon after the restart, is an ordinary,
+alerting event.`,
 		Example: `  vigil restart research --reason "config change"`,
 		Args:    oneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -150,7 +152,7 @@ passes (DESIGN E2), a crash of the new process within it included; keep
 	}
 	cf.register(cmd)
 	cmd.Flags().StringVar(&reason, "reason", "", "why the agent is restarted (required)")
-	cmd.Flags().DurationVar(&ttl, "ttl", 0, "how long the planned stop suppresses the agent's exits (default: the server's 120s)")
+	cmd.Flags().DurationVar(&ttl, "ttl", 0, "how long the planned stop may suppress the exit of the process it restarts (default: the server's 120s)")
 	return cmd
 }
 

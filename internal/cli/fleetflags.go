@@ -100,23 +100,25 @@ func (sf *supervisorFlags) load(cmd *cobra.Command, defaultLogs string) (*superv
 	return fleet, nil
 }
 
-// config is the supervisor's configuration for fleet.
+// registeredPage bounds the startup check's read: the newest instances of
+// the agent's kind on this host registered since the launch, of which one
+// generation makes at most a few.
+const registeredPage = 100
+
+// config is the supervisor's configuration for fleet. registered lists the
+// instances of kind on host registered within the last `within` on the
+// server's clock (the startup check).
 func (sf *supervisorFlags) config(cmd *cobra.Command, fleet *supervisor.Fleet, extraEnv map[string]string,
 	logger *slog.Logger, events supervisor.EventSink, stall supervisor.StallSource, desired supervisor.DesiredSource,
-	latest func(ctx context.Context, kind string) (*vigiltype.Process, error),
+	registered func(ctx context.Context, kind, host string, within time.Duration) ([]*vigiltype.Process, error),
 	holder func(ctx context.Context, instanceID string) (*vigiltype.Process, error)) supervisor.Config {
+	host := hostname()
 	return supervisor.Config{
 		Desired: desired, DesiredPoll: sf.control,
-		Registered: func(ctx context.Context, agent string, since time.Time) (bool, error) {
-			p, err := latest(ctx, agent)
-			if errorsIsNotFound(err) {
-				return false, nil
-			}
-			if err != nil {
-				return false, err
-			}
-			return !p.StartedAt.Before(since), nil
+		Registered: func(ctx context.Context, agent string, within time.Duration) ([]*vigiltype.Process, error) {
+			return registered(ctx, agent, host, within)
 		},
+		Host:   host,
 		Agents: fleet.Agents, ExtraEnv: extraEnv, Backoff: sf.backoff, StopGrace: sf.stopGrace, Flapping: sf.flapping,
 		Logger: logger, Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
 		Events: events,
@@ -242,7 +244,12 @@ func (d desiredFrom) Desired(ctx context.Context, name string) (supervisor.Desir
 	m, err := d.plannedStop(ctx, name)
 	switch {
 	case err == nil:
-		out.PlannedStopAt = m.CreatedAt
+		// created_at and expires_at serve as the marker's identity only:
+		// they are never compared with this host's clock (DESIGN L10).
+		out.PlannedStop = &supervisor.Marker{
+			ID:  m.CreatedAt.UTC().Format(time.RFC3339Nano) + "/" + m.ExpiresAt.UTC().Format(time.RFC3339Nano),
+			Age: time.Duration(m.AgeMS) * time.Millisecond,
+		}
 	case !errorsIsNotFound(err):
 		return supervisor.Desired{}, err
 	}

@@ -66,7 +66,7 @@ serve' (or more) and one 'vigil supervise' per host.`,
 			runner := &fleetRunner{sf: &sf, cmd: cmd, host: hostname(), logger: logger,
 				config: func(f *supervisor.Fleet) supervisor.Config {
 					return sf.config(cmd, f, extraEnv, logger, remote, remote,
-						desiredFrom{agent: c.GetAgent, plannedStop: c.ActivePlannedStop}, c.ProcessStatus, c.GetProcess)
+						desiredFrom{agent: c.GetAgent, plannedStop: c.ActivePlannedStop}, remote.registered, c.GetProcess)
 				},
 				list: c.ListAgents,
 			}
@@ -130,9 +130,23 @@ func (r remoteServer) RecordEvent(ctx context.Context, e supervisor.Event) error
 	}
 	_, err := r.c.RecordEvent(ctx, vigilclient.EventParams{
 		Agent: e.Agent, Kind: e.Kind, ExitCode: e.ExitCode, Signal: e.Signal,
-		RunDuration: e.RunDuration, StderrTail: e.StderrTail, Detail: detail,
+		RunDuration: e.RunDuration, StderrTail: e.StderrTail, Detail: detail, Launched: e.Launched,
 	})
 	return err
+}
+
+// registered lists the instances of kind on host registered within the
+// last `within` on the server's clock (the startup check).
+func (r remoteServer) registered(ctx context.Context, kind, host string, within time.Duration) ([]*vigiltype.Process, error) {
+	page, err := r.c.ListProcesses(ctx, vigilclient.ListProcessesParams{Kind: kind, Host: host, StartedWithin: within, Limit: registeredPage})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*vigiltype.Process, len(page.Processes))
+	for i := range page.Processes {
+		out[i] = &page.Processes[i]
+	}
+	return out, nil
 }
 
 func (r remoteServer) Stalled(ctx context.Context, kind string, after time.Duration) ([]*vigiltype.Task, error) {

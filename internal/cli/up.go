@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/vigil-fleet/vigil/internal/daemon"
 	"github.com/vigil-fleet/vigil/internal/events"
+	"github.com/vigil-fleet/vigil/internal/liveness"
 	"github.com/vigil-fleet/vigil/internal/registry"
 	"github.com/vigil-fleet/vigil/internal/supervisor"
 	"github.com/vigil-fleet/vigil/vigiltype"
@@ -92,7 +94,10 @@ Fleet file:
 			runner := &fleetRunner{sf: &sf, cmd: cmd, host: hostname(), logger: logger,
 				config: func(f *supervisor.Fleet) supervisor.Config {
 					c := sf.config(cmd, f, extraEnv, logger, eventRecorder{d.Events}, d.Lease,
-						desiredFrom{agent: d.Registry.Get, plannedStop: d.Events.ActivePlannedStop}, d.Liveness.Latest, d.Liveness.Get)
+						desiredFrom{agent: d.Registry.Get, plannedStop: d.Events.ActivePlannedStop}, func(ctx context.Context, kind, host string, within time.Duration) ([]*vigiltype.Process, error) {
+							procs, _, err := d.Liveness.List(ctx, liveness.ListParams{Kind: kind, Host: host, StartedWithin: within, Limit: registeredPage})
+							return procs, err
+						}, d.Liveness.Get)
 					c.Restarted, c.StallKilled = d.Metrics.Restarted, d.Metrics.StallKilled // vigil_restarts_total, vigil_stall_kills_total
 					return c
 				},
@@ -152,9 +157,14 @@ func (r eventRecorder) RecordEvent(ctx context.Context, e supervisor.Event) erro
 		}
 		detail = raw
 	}
-	_, err := r.svc.Record(ctx, events.RecordParams{
+	p := events.RecordParams{
 		Agent: e.Agent, Kind: e.Kind, ExitCode: e.ExitCode, Signal: e.Signal,
 		RunDurationMS: e.RunDuration.Milliseconds(), StderrTail: e.StderrTail, Detail: detail,
-	})
+	}
+	if !e.Launched.IsZero() {
+		age := max(0, time.Since(e.Launched).Milliseconds())
+		p.LaunchAgeMS = &age
+	}
+	_, err := r.svc.Record(ctx, p)
 	return err
 }

@@ -55,8 +55,9 @@ type AgentTimeline struct {
 	Up    []Span `json:"up"`
 	Marks []Mark `json:"marks"` // oldest first
 	// PlannedStops is the active planned stop marker (DESIGN E2): the
-	// stretch in which the agent's exits are written suppressed. It says
-	// nothing about whether the agent runs; DeclaredStopped does.
+	// stretch in which exits of the process running when it was written
+	// are written suppressed (not those of a process started after it). It
+	// says nothing about whether the agent runs; DeclaredStopped does.
 	PlannedStops []Span `json:"planned_stops"`
 	// StoppedOnPurpose holds the down gaps whose first exit was suppressed
 	// (a planned stop or restart, DESIGN E2): kept down on purpose, not an
@@ -126,7 +127,9 @@ const exitSlack = 5 * time.Second
 // last one) whose first exit was suppressed: the stretch opened by a
 // planned stop or restart (DESIGN E2), which the strip draws apart from
 // down time. A gap whose first exit was not suppressed stays down, even if
-// a planned stop came later in it.
+// a planned stop came later in it. An exit from before the span that the
+// gap ends began belongs to an earlier gap, however close: the restart's
+// exit does not open the gap of a crash seconds after it.
 func stoppedOnPurpose(up []Span, marks []Mark, from, to time.Time) []Span {
 	out := []Span{}
 	for i, u := range up {
@@ -141,7 +144,7 @@ func stoppedOnPurpose(up []Span, marks []Mark, from, to time.Time) []Span {
 			if m.Kind != vigiltype.EventExit && m.Kind != vigiltype.EventStallKill {
 				continue
 			}
-			if m.At.Before(gap.From.Add(-exitSlack)) || m.At.After(gap.To) {
+			if m.At.Before(gap.From.Add(-exitSlack)) || m.At.Before(u.From) || m.At.After(gap.To) {
 				continue
 			}
 			if m.Suppressed {

@@ -96,6 +96,26 @@ func TestBuildAgentTimeline(t *testing.T) {
 			purpose: []Span{{at(1), at(2)}},
 		},
 		{
+			// The restart's suppressed exit lies within exitSlack of the
+			// crash gap's start, but before the new process started: it
+			// opened the gap before, not this one (issue 12 case 5).
+			name: "a crash seconds after a restart is down, not the restart's stop on purpose",
+			procs: []*vigiltype.Process{
+				{StartedAt: at(0), LastHeartbeatAt: at(1), ExitedAt: ptr(at(1)), LivenessIntervalS: 1},
+				{StartedAt: at(1).Add(time.Second), LastHeartbeatAt: at(1).Add(3 * time.Second), LivenessIntervalS: 1},
+			},
+			evs: []*vigiltype.ProcessEvent{
+				{Kind: vigiltype.EventExit, At: at(1), DeliveryKind: &suppressed},
+				{Kind: vigiltype.EventExit, At: at(1).Add(3 * time.Second), Signal: "killed"},
+			},
+			up: []Span{{at(0), at(1)}, {at(1).Add(time.Second), at(1).Add(3 * time.Second)}},
+			marks: []Mark{
+				{At: at(1), Kind: vigiltype.EventExit, Suppressed: true},
+				{At: at(1).Add(3 * time.Second), Kind: vigiltype.EventExit, Signal: "killed"},
+			},
+			purpose: []Span{{at(1), at(1).Add(time.Second)}},
+		},
+		{
 			name:    "stopped on purpose up to now: the gap after the last span",
 			procs:   []*vigiltype.Process{proc(0, 5, ptr(at(5)))},
 			evs:     []*vigiltype.ProcessEvent{{Kind: vigiltype.EventExit, At: at(5).Add(-time.Second), DeliveryKind: &suppressed}},

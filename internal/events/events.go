@@ -5,7 +5,12 @@
 // lists the undelivered events, deals with each, and acknowledges it. An
 // exit covered by an unexpired planned stop is written already delivered,
 // delivery_kind "suppressed": the operator meant it, nobody is paged, and
-// it is still on record.
+// it is still on record. A planned stop covers the processes that were
+// running when it was written: a reporter says how long ago the event's
+// process was launched (launch_age_ms, on its own clock), and the exit of a
+// process launched after the stop — the crash right after a restart — is
+// an ordinary event. An event that does not say is covered for the stop's
+// whole TTL.
 //
 // Visibility rule. With several servers on one PostgreSQL database, event
 // ids commit out of order, so "every id after the last one I saw" can miss
@@ -41,6 +46,8 @@ const (
 	ReasonMaxLen = 1024
 	// AckKindDefault is the delivery_kind of an acknowledgement that names none.
 	AckKindDefault = "acknowledged"
+	// LaunchAgeMaxMS bounds an event's launch_age_ms (a hundred years).
+	LaunchAgeMaxMS = 100 * 365 * 24 * 3600 * 1000
 )
 
 // Service records and reads process events.
@@ -70,10 +77,19 @@ type RecordParams struct {
 	RunDurationMS int64               `json:"run_duration_ms"`
 	StderrTail    string              `json:"stderr_tail"`
 	Detail        json.RawMessage     `json:"detail"`
+	// LaunchAgeMS is how long before the report the process the event is
+	// about was launched, measured on the reporter's own (monotonic) clock.
+	// The server places the launch at its now minus that age, so no clock
+	// is compared with another (DESIGN L10), and a planned stop covers the
+	// event only if the process was already running when the stop was
+	// written (E2). Omitted: not known; the stop covers the event for its
+	// whole TTL.
+	LaunchAgeMS *int64 `json:"launch_age_ms"`
 }
 
-// Record validates and appends an event; a planned stop covering now makes
-// it suppressed (DESIGN E2).
+// Record validates and appends an event; a planned stop covering now,
+// written while the event's process was already running, makes it
+// suppressed (DESIGN E2).
 func (s *Service) Record(ctx context.Context, p RecordParams) (*vigiltype.ProcessEvent, error) {
 	if err := vigiltype.CheckName("agent", p.Agent); err != nil {
 		return nil, err
@@ -83,6 +99,9 @@ func (s *Service) Record(ctx context.Context, p RecordParams) (*vigiltype.Proces
 	}
 	if p.RunDurationMS < 0 {
 		return nil, vigiltype.Invalid("run_duration_ms", "must not be negative")
+	}
+	if p.LaunchAgeMS != nil && (*p.LaunchAgeMS < 0 || *p.LaunchAgeMS > LaunchAgeMaxMS) {
+		return nil, vigiltype.Invalid("launch_age_ms", fmt.Sprintf("must be between 0 and %d", int64(LaunchAgeMaxMS)))
 	}
 	if p.ExitCode != nil && (*p.ExitCode < 0 || *p.ExitCode > 255) {
 		return nil, vigiltype.Invalid("exit_code", "must be between 0 and 255")
@@ -99,9 +118,15 @@ func (s *Service) Record(ctx context.Context, p RecordParams) (*vigiltype.Proces
 	if len(tail) > StderrTailMaxBytes {
 		tail = strings.ToValidUTF8(tail[len(tail)-StderrTailMaxBytes:], "") // keep the end
 	}
+	now := s.clock.Now()
+	var launched *time.Time
+	if p.LaunchAgeMS != nil {
+		l := now.Add(-time.Duration(*p.LaunchAgeMS) * time.Millisecond)
+		launched = &l
+	}
 	e, err := s.store.EventRecord(ctx, store.EventRecordParams{
-		Agent: p.Agent, Kind: p.Kind, At: s.clock.Now(), ExitCode: p.ExitCode, Signal: p.Signal,
-		RunDurationMS: p.RunDurationMS, StderrTail: tail, Detail: p.Detail,
+		Agent: p.Agent, Kind: p.Kind, At: now, ExitCode: p.ExitCode, Signal: p.Signal,
+		RunDurationMS: p.RunDurationMS, StderrTail: tail, Detail: p.Detail, LaunchedAt: launched,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("record %s event of agent %q: %w", p.Kind, p.Agent, err)
@@ -161,15 +186,17 @@ func (s *Service) Ack(ctx context.Context, eventID int64, kind string) (*vigilty
 }
 
 // ActivePlannedStop returns the agent's planned stop marker if it covers
-// now. Errors: ErrNotFound when there is none.
+// now, with its age at now (AgeMS). Errors: ErrNotFound when there is none.
 func (s *Service) ActivePlannedStop(ctx context.Context, agent string) (*vigiltype.PlannedStop, error) {
 	if err := vigiltype.CheckName("agent", agent); err != nil {
 		return nil, err
 	}
-	m, err := s.store.PlannedStopGet(ctx, agent, s.clock.Now())
+	now := s.clock.Now()
+	m, err := s.store.PlannedStopGet(ctx, agent, now)
 	if err != nil {
 		return nil, fmt.Errorf("planned stop of agent %q: %w", agent, err)
 	}
+	m.AgeMS = max(0, now.Sub(m.CreatedAt).Milliseconds())
 	return m, nil
 }
 

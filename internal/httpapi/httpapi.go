@@ -199,15 +199,22 @@ func (a *api) processStatus(w http.ResponseWriter, r *http.Request) {
 	a.respond(w, r, p, err)
 }
 
+// startedWithinMaxS bounds GET /v1/processes?started_within_s (a year).
+const startedWithinMaxS = 366 * 86400
+
 func (a *api) processList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	limit, ok := a.queryInt(w, r, "limit")
 	if !ok {
 		return
 	}
+	within, ok := a.querySeconds(w, r, "started_within_s", 0, startedWithinMaxS)
+	if !ok {
+		return
+	}
 	procs, next, err := a.Liveness.List(r.Context(), liveness.ListParams{
 		Kind: q.Get("kind"), Host: q.Get("host"), Status: q.Get("status"),
-		Limit: limit, Cursor: q.Get("cursor"),
+		Limit: limit, Cursor: q.Get("cursor"), StartedWithin: within,
 	})
 	if err != nil {
 		a.fail(w, r, err)

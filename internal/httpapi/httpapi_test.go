@@ -234,6 +234,49 @@ func TestProcessListPaginationNewestFirst(t *testing.T) {
 	require.Equal(t, want, got)
 }
 
+// started_within_s keeps the instances started within that many seconds of
+// the server's now, paged as usual: a supervisor asks "registered since my
+// launch" as a duration, never as a time of its own clock (DESIGN L10).
+func TestProcessListStartedWithin(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var want []string
+	for i := range 6 {
+		in := b.register("worker", 30)
+		if i >= 2 {
+			want = append([]string{in.ID}, want...)
+		}
+		b.clock.Advance(10 * time.Second)
+	}
+	// Now is 60s after the first registration: the last four started
+	// within the last 40s.
+	var got []string
+	cursor := ""
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 10, "pagination does not end")
+		r := b.do("GET", "/v1/processes?kind=worker&started_within_s=40&limit=3&cursor="+cursor, "")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		var page struct {
+			Processes  []vigiltype.Process `json:"processes"`
+			NextCursor *string             `json:"next_cursor"`
+		}
+		r.decode(t, &page)
+		for _, p := range page.Processes {
+			got = append(got, p.InstanceID)
+		}
+		if page.NextCursor == nil {
+			break
+		}
+		cursor = *page.NextCursor
+	}
+	require.Equal(t, want, got)
+
+	r := b.do("GET", "/v1/processes?started_within_s=-1", "")
+	require.Equal(t, http.StatusBadRequest, r.status)
+	_, msg := r.errorCode(t)
+	require.Contains(t, msg, "started_within_s")
+}
+
 // Liveness and lease heartbeats are independent signals (DESIGN §1).
 func TestLivenessAndLeaseHeartbeatsAreIndependent(t *testing.T) {
 	t.Parallel()

@@ -152,6 +152,12 @@ func TestProcessEventsAndPlannedStops(t *testing.T) {
 	require.Equal(t, 120*time.Second, marker.ExpiresAt.Sub(marker.CreatedAt), "default TTL")
 
 	b.clock.Advance(10 * time.Second)
+	r = b.do("GET", "/v1/agents/research/planned-stop", "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	var read vigiltype.PlannedStop
+	r.decode(t, &read)
+	require.Equal(t, int64(10_000), read.AgeMS, "its age on the server's clock, for a reader on another clock (DESIGN L10)")
+	require.True(t, read.CreatedAt.Equal(marker.CreatedAt))
 	first := b.recordExit("research")
 	b.clock.Advance(100 * time.Second)
 	second := b.recordExit("research")
@@ -200,6 +206,7 @@ func TestProcessEventsBadInput(t *testing.T) {
 		{"no agent", "POST", "/v1/events", `{"kind":"exit"}`, 400, "agent: is required"},
 		{"negative run", "POST", "/v1/events", `{"agent":"a","kind":"exit","run_duration_ms":-1}`, 400, "run_duration_ms"},
 		{"exit code", "POST", "/v1/events", `{"agent":"a","kind":"exit","exit_code":300}`, 400, "exit_code"},
+		{"negative launch age", "POST", "/v1/events", `{"agent":"a","kind":"exit","launch_age_ms":-1}`, 400, "launch_age_ms"},
 		{"detail too deep", "POST", "/v1/events", `{"agent":"a","kind":"exit","detail":` + strings.Repeat("{\"a\":", 70) + "1" + strings.Repeat("}", 70) + `}`, 400, "detail: must not nest"},
 		{"planned stop without reason", "POST", "/v1/agents/a/planned-stop", `{}`, 400, "reason: is required"},
 		{"planned stop ttl", "POST", "/v1/agents/a/planned-stop", `{"reason":"r","ttl_s":-5}`, 400, "ttl_s"},
@@ -214,4 +221,38 @@ func TestProcessEventsBadInput(t *testing.T) {
 		require.Contains(t, msg, c.msg, c.name)
 	}
 	require.Empty(t, b.events("").Events, "refused events were written")
+}
+
+// DESIGN E2: a planned stop covers the processes that were running when it
+// was written. A supervisor says how long ago the event's process was
+// launched (launch_age_ms, measured on its own clock); the server places the
+// launch on its own clock, so the crash of the process a restart started is
+// an ordinary event within the marker's TTL, while the exit of the process
+// the restart stopped is suppressed.
+func TestPlannedStopCoversTheProcessesRunningWhenWritten(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	record := func(launchAgeMS int64) vigiltype.ProcessEvent {
+		t.Helper()
+		r := b.do("POST", "/v1/events", `{"agent":"research","kind":"exit","signal":"killed","launch_age_ms":`+itoa(launchAgeMS)+`}`)
+		require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+		var e vigiltype.ProcessEvent
+		r.decode(t, &e)
+		return e
+	}
+	r := b.do("POST", "/v1/agents/research/planned-stop", `{"reason":"restart"}`)
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+
+	b.clock.Advance(2 * time.Second)
+	stopped := record(3_600_000) // launched an hour ago: running when the marker was written
+	require.NotNil(t, stopped.DeliveryKind)
+	require.Equal(t, vigiltype.DeliverySuppressed, *stopped.DeliveryKind)
+
+	b.clock.Advance(20 * time.Second)
+	crash := record(21_000) // launched a second after the marker
+	require.Nil(t, crash.DeliveredAt, "the crash after the restart is an ordinary event")
+	require.Len(t, b.events("?undelivered=true").Events, 1)
+
+	legacy := b.recordExit("research") // no launch_age_ms: the TTL alone decides
+	require.NotNil(t, legacy.DeliveredAt)
 }

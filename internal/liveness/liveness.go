@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -210,6 +211,12 @@ type ListParams struct {
 	Status string // "alive", "stopped" or ""
 	Limit  int    // 0 means ListLimitDefault; at most ListLimitMax
 	Cursor string // next_cursor of the previous page
+	// StartedWithin, when positive, keeps only the instances started within
+	// this long before now on the server's clock. A caller on another host
+	// asks "registered since my launch" with the time since it, measured on
+	// its own monotonic clock, and never compares its clock with the
+	// server's (DESIGN L10).
+	StartedWithin time.Duration
 }
 
 // List returns one page of instances newest first and the cursor of the
@@ -248,6 +255,14 @@ func (s *Service) List(ctx context.Context, p ListParams) ([]*vigiltype.Process,
 	procs, err := s.store.ProcessList(ctx, params)
 	if err != nil {
 		return nil, "", fmt.Errorf("list processes: %w", err)
+	}
+	if p.StartedWithin > 0 {
+		// Newest first: the instances started before the bound are a tail,
+		// and no later page holds one started after it.
+		since := params.Now.Add(-p.StartedWithin)
+		if i := slices.IndexFunc(procs, func(p *vigiltype.Process) bool { return p.StartedAt.Before(since) }); i >= 0 {
+			procs = procs[:i]
+		}
 	}
 	next := ""
 	if len(procs) > limit {

@@ -175,8 +175,10 @@ type Store interface {
 	AgentSetStatus(ctx context.Context, name string, status vigiltype.AgentStatus, now time.Time) (*vigiltype.Agent, error)
 
 	// EventRecord appends a process event at p.At. If an unexpired planned
-	// stop of that agent covers p.At (created_at <= At <= expires_at), the
-	// event is written already delivered: delivered_at = At, delivery_kind
+	// stop of that agent covers p.At (created_at <= At <= expires_at) and
+	// the event's process was running when it was written (LaunchedAt nil,
+	// or LaunchedAt <= created_at, at millisecond precision), the event is
+	// written already delivered: delivered_at = At, delivery_kind
 	// "suppressed" (DESIGN E2). Suppressed events are still recorded.
 	EventRecord(ctx context.Context, p EventRecordParams) (*vigiltype.ProcessEvent, error)
 	// EventList returns events newest first (event_id desc), filtered.
@@ -407,6 +409,12 @@ type EventRecordParams struct {
 	RunDurationMS int64
 	StderrTail    string
 	Detail        json.RawMessage // nil: null
+	// LaunchedAt is when the process the event is about was launched, on
+	// the store's clock (the server derives it from an age the reporter
+	// measured on its own clock). A planned stop written before it does
+	// not cover the event (DESIGN E2). nil: not known; the marker covers
+	// the event for its whole TTL.
+	LaunchedAt *time.Time
 }
 
 // EventListParams filters a listing; zero fields do not filter.

@@ -26,10 +26,25 @@ type Desired struct {
 	// Status is the declared status: stopped means stop the agent and keep
 	// it down. An agent missing from the registry counts as active.
 	Status vigiltype.AgentStatus
-	// PlannedStopAt is when a planned stop covering now was written; zero
-	// when none. A running process started before it is restarted (its
-	// exit is suppressed by the marker, DESIGN E2).
-	PlannedStopAt time.Time
+	// PlannedStop is the planned stop covering now, nil when none. A
+	// running process launched before it was written is restarted, once
+	// per marker (its exit is suppressed by the marker, DESIGN E2).
+	PlannedStop *Marker
+}
+
+// Marker is a planned stop as the supervisor sees it. Nothing in it is a
+// time of the server's clock to be compared with the supervisor's (DESIGN
+// L10): an identity, and an age.
+type Marker struct {
+	// ID identifies the marker, opaquely: the same marker read twice has
+	// the same ID, a new one (another vigil restart) another. It is never
+	// compared with a time.
+	ID string
+	// Age is how long before the read the server wrote the marker,
+	// measured by the server's clock. A duration: the supervisor places the
+	// write on its own monotonic clock as (the poll's start − Age), earlier
+	// than the true write by the network delay at most.
+	Age time.Duration
 }
 
 // kill asks runOnce to end the current process now.
@@ -49,18 +64,22 @@ type desiredState struct {
 	mu      sync.Mutex
 	stopped []bool
 	wake    []chan struct{} // per agent: closed and replaced when it turns active
-	// restartSeen is, per agent, the planned stop that asked for a restart
-	// on the previous poll (zero: none). `vigil stop` writes a planned stop
-	// and then marks the agent stopped, two writes: a poll between them
-	// must not read the stop as a restart. A restart therefore acts when
-	// the same marker, on an agent still declared active, is seen on two
-	// polls in a row (one poll interval later than the first sight).
-	restartSeen []time.Time
+	// restartSeen is, per agent, the ID of the planned stop that asked for
+	// a restart on the previous poll ("": none). `vigil stop` writes a
+	// planned stop and then marks the agent stopped, two writes: a poll
+	// between them must not read the stop as a restart. A restart
+	// therefore acts when the same marker, on an agent still declared
+	// active, is seen on two polls in a row (one poll interval later than
+	// the first sight).
+	restartSeen []string
+	// restarted is, per agent, the ID of the last marker a restart was
+	// asked for: a marker is acted on once.
+	restarted []string
 }
 
 func newDesiredState(source DesiredSource, every time.Duration, agents int) *desiredState {
 	d := &desiredState{source: source, every: every, stopped: make([]bool, agents), wake: make([]chan struct{}, agents),
-		restartSeen: make([]time.Time, agents)}
+		restartSeen: make([]string, agents), restarted: make([]string, agents)}
 	for i := range d.wake {
 		d.wake[i] = make(chan struct{})
 	}
@@ -131,6 +150,7 @@ func (s *Supervisor) desiredLoop(ctx context.Context) {
 func (s *Supervisor) applyDesired(ctx context.Context) {
 	status := s.Status()
 	for i, a := range s.agents {
+		polled := time.Now() // before the read: the marker's write is placed no later than it was
 		d, err := s.desired.source.Desired(ctx, a.Name)
 		if errors.Is(err, vigiltype.ErrNotFound) {
 			d, err = Desired{Status: vigiltype.AgentActive}, nil
@@ -144,20 +164,34 @@ func (s *Supervisor) applyDesired(ctx context.Context) {
 		stopped := d.Status == vigiltype.AgentStopped
 		s.desired.set(i, stopped)
 		st := status[i]
-		restartWanted := st.Running && !stopped && !d.PlannedStopAt.IsZero() && d.PlannedStopAt.After(st.StartedAt)
-		confirmed := restartWanted && s.desired.restartSeen[i].Equal(d.PlannedStopAt)
-		s.desired.restartSeen[i] = time.Time{}
+		restartWanted := st.Running && !stopped && restartAsked(d.PlannedStop, s.desired.restarted[i], st.StartedAt, polled)
+		confirmed := restartWanted && s.desired.restartSeen[i] == d.PlannedStop.ID
+		s.desired.restartSeen[i] = ""
 		switch {
 		case !st.Running:
 		case stopped:
 			s.requestKill(i, kill{reason: "stopped by an operator", reportExit: true, byOperator: true, pid: st.PID})
 		case confirmed:
+			s.desired.restarted[i] = d.PlannedStop.ID
 			s.requestKill(i, kill{reason: "restarted by an operator", reportExit: true, byOperator: true, pid: st.PID})
 		case restartWanted:
-			s.desired.restartSeen[i] = d.PlannedStopAt // act on the next poll if it still holds
+			s.desired.restartSeen[i] = d.PlannedStop.ID // act on the next poll if it still holds
 		}
 	}
 	s.testSignals.desiredApplied.signal(struct{}{})
+}
+
+// restartAsked reports whether marker m asks for a restart of a process
+// launched at launched (a reading of this host's monotonic clock), read by
+// a poll that started at polled: m was not acted on yet (restarted is the
+// ID of the last one that was), and the process was already running when
+// m was written, placed on this clock as polled − m.Age. No time of the
+// server's clock is compared with one of this host's (DESIGN L10).
+func restartAsked(m *Marker, restarted string, launched, polled time.Time) bool {
+	if m == nil || m.ID == restarted {
+		return false
+	}
+	return launched.Before(polled.Add(-m.Age))
 }
 
 // requestKill asks agent i's current process to end, unless a kill is

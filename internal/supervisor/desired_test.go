@@ -51,7 +51,7 @@ func TestSupervisorFollowsDesiredState(t *testing.T) {
 	b.run(t)
 	first := recv(t, b.sup.testSignals.started.ch, "start")
 
-	desired.set("research", Desired{Status: vigiltype.AgentStopped, PlannedStopAt: time.Now()})
+	desired.set("research", Desired{Status: vigiltype.AgentStopped, PlannedStop: &Marker{ID: "stop"}})
 	require.Contains(t, recv(t, b.sup.testSignals.exited.ch, "the stop"), "stopped by an operator: ")
 	require.Equal(t, "research", recv(t, b.sup.testSignals.heldStopped.ch, "held down"))
 	for range 5 { // several polls while stopped: nothing starts
@@ -63,11 +63,13 @@ func TestSupervisorFollowsDesiredState(t *testing.T) {
 	desired.set("research", Desired{Status: vigiltype.AgentActive})
 	second := recv(t, b.sup.testSignals.started.ch, "the start")
 
-	desired.set("research", Desired{Status: vigiltype.AgentActive, PlannedStopAt: time.Now()})
+	// The marker's age stays 0 here, as if the server's clock stood still:
+	// it is acted on once all the same, by its identity.
+	desired.set("research", Desired{Status: vigiltype.AgentActive, PlannedStop: &Marker{ID: "restart"}})
 	require.Contains(t, recv(t, b.sup.testSignals.exited.ch, "the restart"), "restarted by an operator: ")
 	third := recv(t, b.sup.testSignals.started.ch, "started again at once, despite the 1h backoff")
 	require.NotEqual(t, second, third)
-	for range 5 { // the marker is older than the new process: no more restarts
+	for range 5 { // the marker was acted on: no more restarts
 		recv(t, b.sup.testSignals.desiredApplied.ch, "poll")
 	}
 	require.Empty(t, b.sup.testSignals.exited.ch)
@@ -102,12 +104,12 @@ func TestSupervisorDoesNotReadAStopInProgressAsARestart(t *testing.T) {
 	ctx := t.Context()
 
 	// The first write of a stop: the marker, the agent still active.
-	marker := time.Now()
-	desired.set("research", Desired{Status: vigiltype.AgentActive, PlannedStopAt: marker})
+	marker := &Marker{ID: "stop"}
+	desired.set("research", Desired{Status: vigiltype.AgentActive, PlannedStop: marker})
 	b.sup.applyDesired(ctx)
 	require.Empty(t, b.sup.kills[0], "one sight of a marker kills nothing")
 	// The second write: the mark. The next poll stops the agent.
-	desired.set("research", Desired{Status: vigiltype.AgentStopped, PlannedStopAt: marker})
+	desired.set("research", Desired{Status: vigiltype.AgentStopped, PlannedStop: marker})
 	b.sup.applyDesired(ctx)
 	require.Contains(t, recv(t, b.sup.testSignals.exited.ch, "the stop"), "stopped by an operator: ")
 	require.Equal(t, "research", recv(t, b.sup.testSignals.heldStopped.ch, "held down"))
@@ -118,11 +120,34 @@ func TestSupervisorDoesNotReadAStopInProgressAsARestart(t *testing.T) {
 	desired.set("research", Desired{Status: vigiltype.AgentActive})
 	b.sup.applyDesired(ctx)
 	second := recv(t, b.sup.testSignals.started.ch, "the start")
-	desired.set("research", Desired{Status: vigiltype.AgentActive, PlannedStopAt: time.Now()})
+	desired.set("research", Desired{Status: vigiltype.AgentActive, PlannedStop: &Marker{ID: "restart"}})
 	b.sup.applyDesired(ctx)
 	require.Empty(t, b.sup.kills[0])
 	b.sup.applyDesired(ctx)
 	require.Contains(t, recv(t, b.sup.testSignals.exited.ch, "the restart"), "restarted by an operator: ")
 	require.NotEqual(t, second, recv(t, b.sup.testSignals.started.ch, "started again"))
 	b.stop(t)
+}
+
+// A marker asks for a restart of the process that was running when it was
+// written, once. The write is placed on this host's monotonic clock by the
+// marker's age (measured by the server's clock), so a server whose clock is
+// hours off changes nothing (DESIGN L10).
+func TestRestartAskedPlacesTheMarkerByItsAge(t *testing.T) {
+	launched := time.Now()
+	polled := launched.Add(10 * time.Second)
+	for _, c := range []struct {
+		name      string
+		m         *Marker
+		restarted string
+		want      bool
+	}{
+		{"no marker", nil, "", false},
+		{"written after the launch", &Marker{ID: "a", Age: 5 * time.Second}, "", true},
+		{"written before the launch (the one that restarted it, or from before the supervisor)", &Marker{ID: "a", Age: 15 * time.Second}, "", false},
+		{"already acted on", &Marker{ID: "a", Age: 5 * time.Second}, "a", false},
+		{"a new marker after one acted on", &Marker{ID: "b", Age: 5 * time.Second}, "a", true},
+	} {
+		require.Equal(t, c.want, restartAsked(c.m, c.restarted, launched, polled), c.name)
+	}
 }

@@ -49,6 +49,23 @@
 // The same sequence clears processes an agent leaves in its group when it
 // exits on its own, so that restarts do not pile up orphans.
 //
+// # One clock per comparison (DESIGN L10)
+//
+// The supervisor runs on its own host's clock and the server on another;
+// it never compares a time of one with a time of the other. What crosses
+// between them is a duration. The startup check (Agent.StartupTimeout)
+// asks for the agent's instances registered within the time since the
+// launch, measured here on the monotonic clock and applied by the server
+// to its own, and looks among them for the launched process (its pid, or a
+// descendant's carrying the generation marker, on Config.Host). A planned
+// stop (Desired.PlannedStop) comes with its age on the server's clock: the
+// supervisor places the write at the poll's start minus that age,
+// restarts a process launched before it, and acts on each marker once, by
+// its ID. Every event carries its process's launch time (Event.Launched),
+// which the sink sends as an age, so that the server can tell whether a
+// planned stop was written while that process ran (DESIGN E2): the crash
+// of the process a restart started is not covered by the restart's marker.
+//
 // # Containment (Linux)
 //
 // No descendant survives a restart, a stop or the supervisor's shutdown,

@@ -41,8 +41,11 @@ func (l *eventLog) all() []Event {
 
 // DESIGN E1: an unexpected exit is an event with its code, run time and the
 // last lines of stderr; a launch failure is one too; the stops of the
-// supervisor's own shutdown are not (S3).
+// supervisor's own shutdown are not (S3). Each says when its process was
+// launched (or tried), on this host's monotonic clock, for the server to
+// tell which planned stop covers it (E2).
 func TestSupervisorRecordsProcessEvents(t *testing.T) {
+	before := time.Now()
 	events := newEventLog()
 	b := setup(t, Config{
 		Agents: []Agent{
@@ -72,10 +75,13 @@ func TestSupervisorRecordsProcessEvents(t *testing.T) {
 	require.Empty(t, crash.Signal)
 	require.Equal(t, "first\nlast words\n", crash.StderrTail)
 	require.Positive(t, crash.RunDuration)
+	require.True(t, crash.Launched.After(before), "the launch, on this host's clock")
+	require.GreaterOrEqual(t, time.Since(crash.Launched), crash.RunDuration, "launched a run time or more ago")
 
 	ghost := byAgent["ghost"]
 	require.Equal(t, vigiltype.EventLaunchFailure, ghost.Kind)
 	require.Contains(t, ghost.Detail["error"], "/nonexistent/agent")
+	require.True(t, ghost.Launched.After(before), "the attempt, on this host's clock")
 }
 
 func TestLineTailKeepsTheLastLines(t *testing.T) {

@@ -21,3 +21,5 @@ func terminateGroup(int) error                   { return errors.ErrUnsupported 
 func killGroup(int) error                        { return errors.ErrUnsupported }
 func groupRunning(int) bool                      { return false }
 func exitSignal(*os.ProcessState) (string, bool) { return "", false }
+
+func inGroup(int, int) bool { return false }

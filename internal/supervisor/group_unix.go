@@ -44,3 +44,11 @@ func exitSignal(state *os.ProcessState) (string, bool) {
 	}
 	return ws.Signal().String(), true
 }
+
+// inGroup reports whether process pid is a member of process group pgid
+// (a descendant of an agent that stayed in its group, such as the program
+// `go run` or `sh -c` starts).
+func inGroup(pid, pgid int) bool {
+	g, err := syscall.Getpgid(pid)
+	return err == nil && g == pgid
+}

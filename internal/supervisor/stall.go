@@ -240,7 +240,7 @@ func (s *Supervisor) deferStall(i int, tasks []*vigiltype.Task) {
 	log := s.logger.With("agent", s.agents[i].Name)
 	log.Warn("stall kill deferred: the fleet-wide stall-kill budget is spent",
 		"tasks", ids, "budget", s.stall.Budget, "window", s.stall.Window)
-	s.report(log, Event{Agent: s.agents[i].Name, Kind: vigiltype.EventStallKill, Detail: map[string]any{
+	s.report(log, Event{Agent: s.agents[i].Name, Kind: vigiltype.EventStallKill, Launched: s.launched(i), Detail: map[string]any{
 		"deferred": true, "task_ids": ids, "budget": s.stall.Budget, "window_s": s.stall.Window.Seconds(),
 	}})
 }
@@ -262,7 +262,7 @@ func (s *Supervisor) stallKill(ctx context.Context, i int, tasks []*vigiltype.Ta
 		return
 	}
 	s.stallKilled(a.Name)
-	s.report(log, Event{Agent: a.Name, Kind: vigiltype.EventStallKill, Detail: map[string]any{
+	s.report(log, Event{Agent: a.Name, Kind: vigiltype.EventStallKill, Launched: s.launched(i), Detail: map[string]any{
 		"task_ids": ids, "stall_after_s": s.stall.After.Seconds(), "oldest_running_s": oldest.Seconds(),
 	}})
 	// The tasks go back only once the process is gone: until then it may

@@ -90,10 +90,17 @@ type Config struct {
 	// running process restarts it at once (vigil stop / start / restart).
 	Desired     DesiredSource
 	DesiredPoll time.Duration
-	// Registered tells whether agent has registered a process instance
-	// since a launch, for the agents with a StartupTimeout. Without it
-	// startup timeouts are not checked.
-	Registered func(ctx context.Context, agent string, since time.Time) (bool, error)
+	// Registered lists the process instances of agent's kind that were
+	// registered with the server within the last `within`, on the server's
+	// clock, for the agents with a StartupTimeout. The supervisor passes
+	// the time since the launch, measured on its own monotonic clock, and
+	// then looks among them for one of the launched process (its pid, or a
+	// descendant's, on Host): it never compares its clock with the
+	// server's (DESIGN L10). Without it startup timeouts are not checked.
+	Registered func(ctx context.Context, agent string, within time.Duration) ([]*vigiltype.Process, error)
+	// Host is this host's name as instances report it, for the startup
+	// check (os.Hostname when empty).
+	Host string
 	// Restarted and StallKilled, when set, are told (for metrics) of each
 	// relaunch of an agent after its process ended or failed to launch —
 	// never its first launch — and of each stall kill. They must not block.
@@ -115,6 +122,13 @@ type Event struct {
 	RunDuration time.Duration
 	StderrTail  string // the child's last stderr lines (stderrTailLines)
 	Detail      map[string]any
+	// Launched is when the process the event is about was launched (or,
+	// for a launch failure, tried), read from this host's clock with its
+	// monotonic reading. A sink sends its age, time.Since(Launched), and
+	// the server places the launch on its own clock: a planned stop covers
+	// only the processes launched before it (DESIGN E2, L10). Zero: not
+	// known.
+	Launched time.Time
 }
 
 // eventTimeout bounds one event write, so that a slow server never holds up
@@ -153,8 +167,10 @@ type Supervisor struct {
 	stdout    io.Writer
 	stderr    io.Writer
 	events    EventSink
-	// registered is Config.Registered (startup timeouts).
-	registered func(ctx context.Context, agent string, since time.Time) (bool, error)
+	// registered and host are Config.Registered and Config.Host (startup
+	// timeouts).
+	registered func(ctx context.Context, agent string, within time.Duration) ([]*vigiltype.Process, error)
+	host       string
 	// restarted and stallKilled are Config's metrics hooks; never nil.
 	restarted, stallKilled func(agent string)
 	stall                  StallConfig // Source nil: no stall detection
@@ -270,6 +286,7 @@ func New(cfg Config) (*Supervisor, error) {
 		stderr:     syncWriter{mu: &outMu, w: stderr},
 		events:     cfg.Events,
 		registered: cfg.Registered,
+		host:       cfg.Host,
 		status:     status,
 		gens:       make([]string, len(agents)),
 		kills:      kills,
@@ -282,6 +299,9 @@ func New(cfg Config) (*Supervisor, error) {
 		genPrefix:    genPrefix,
 		reapInterval: reapIntervalDefault,
 		seed:         rand.Uint64(),
+	}
+	if sup.host == "" {
+		sup.host, _ = os.Hostname()
 	}
 	sup.restarted, sup.stallKilled = orNop(cfg.Restarted), orNop(cfg.StallKilled)
 	if cfg.Stall != nil && cfg.Stall.Source != nil {
@@ -414,6 +434,7 @@ func (s *Supervisor) superviseAgent(ctx context.Context, i int) {
 			s.updateStatus(i, func(st *AgentStatus) { st.Restarts++ })
 			s.restarted(s.agents[i].Name)
 		}
+		attempted := time.Now()
 		runTime, launched, killed := s.runOnce(ctx, i, attempt, log)
 		if ctx.Err() != nil {
 			return
@@ -426,7 +447,7 @@ func (s *Supervisor) superviseAgent(ctx context.Context, i int) {
 		}
 		if starts, n := flap.Exit(time.Now()); starts {
 			log.Warn("agent is flapping", "exits", n, "window", s.flapping.Window)
-			s.report(log, Event{Agent: s.agents[i].Name, Kind: vigiltype.EventFlapping,
+			s.report(log, Event{Agent: s.agents[i].Name, Kind: vigiltype.EventFlapping, Launched: attempted,
 				Detail: map[string]any{"exits": n, "window_s": s.flapping.Window.Seconds()}})
 			s.testSignals.flapping.signal(n)
 		}
@@ -459,7 +480,7 @@ func (s *Supervisor) runOnce(ctx context.Context, i, attempt int, log *slog.Logg
 	if err != nil {
 		log.Error("agent launch failed", "command", a.Command, "dir", a.Dir, "err", err)
 		s.recordExit(i, "launch failed: "+err.Error())
-		s.report(log, Event{Agent: a.Name, Kind: vigiltype.EventLaunchFailure,
+		s.report(log, Event{Agent: a.Name, Kind: vigiltype.EventLaunchFailure, Launched: time.Now(),
 			Detail: map[string]any{"error": err.Error(), "command": a.Command}})
 		s.testSignals.launchFailed.signal(err)
 		return 0, false, kill{}
@@ -490,7 +511,7 @@ func (s *Supervisor) runOnce(ctx context.Context, i, attempt int, log *slog.Logg
 	}
 	s.waitExit(pidfd, reapLeader)
 	if a.StartupTimeout > 0 && s.registered != nil {
-		stopCheck := s.watchStartup(ctx, i, started, waited)
+		stopCheck := s.watchStartup(ctx, i, started, pid, gen, waited)
 		defer stopCheck()
 	}
 
@@ -511,7 +532,7 @@ func (s *Supervisor) runOnce(ctx context.Context, i, attempt int, log *slog.Logg
 				s.reaper.pass()
 			}
 			out.finish(outputDrainTimeout)
-			s.report(log, exitEvent(a.Name, cmd.ProcessState, runTime, tail.String()))
+			s.report(log, exitEvent(a.Name, cmd.ProcessState, started, runTime, tail.String()))
 			s.testSignals.exited.signal(s.Status()[i].LastExit)
 			return runTime, true, kill{}
 		case killed = <-s.kills[i]:
@@ -541,7 +562,7 @@ func (s *Supervisor) runOnce(ctx context.Context, i, attempt int, log *slog.Logg
 			s.recordExit(i, killed.reason+": "+logExit(log, slog.LevelWarn, "agent killed: "+killed.reason, pid, cmd.ProcessState, runTime))
 			if killed.reportExit {
 				out.finish(outputDrainTimeout)
-				s.report(log, exitEvent(a.Name, cmd.ProcessState, runTime, tail.String()))
+				s.report(log, exitEvent(a.Name, cmd.ProcessState, started, runTime, tail.String()))
 				s.testSignals.exited.signal(s.Status()[i].LastExit)
 				return runTime, true, killed
 			}
@@ -590,9 +611,10 @@ func (s *Supervisor) report(log *slog.Logger, e Event) {
 	}
 }
 
-// exitEvent describes an exit: the code, or the signal that killed it.
-func exitEvent(agent string, state *os.ProcessState, runTime time.Duration, stderrTail string) Event {
-	e := Event{Agent: agent, Kind: vigiltype.EventExit, RunDuration: runTime, StderrTail: stderrTail}
+// exitEvent describes the exit of the process launched at launched: the
+// code, or the signal that killed it.
+func exitEvent(agent string, state *os.ProcessState, launched time.Time, runTime time.Duration, stderrTail string) Event {
+	e := Event{Agent: agent, Kind: vigiltype.EventExit, RunDuration: runTime, StderrTail: stderrTail, Launched: launched}
 	if state == nil {
 		return e
 	}
@@ -603,6 +625,13 @@ func exitEvent(agent string, state *os.ProcessState, runTime time.Duration, stde
 		e.ExitCode = &code
 	}
 	return e
+}
+
+// launched is when agent i's current (or last) process was launched.
+func (s *Supervisor) launched(i int) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.status[i].StartedAt
 }
 
 // recordExit marks agent i not running, desc describing how it ended.

@@ -191,7 +191,7 @@
     }
     for (const p of row.planned_stops) {
       const r = svg("rect", { class: "planned", x: x(p.from), y: 0, width: Math.max(2, x(p.to) - x(p.from)), height: 3 });
-      r.append(svg("title", {}, document.createTextNode("planned stop marker: exits until " + clockTime(p.to) + " are written suppressed")));
+      r.append(svg("title", {}, document.createTextNode("planned stop marker: until " + clockTime(p.to) + ", exits of the process running when it was written are suppressed (not of one started after it)")));
       el.append(r);
     }
     for (const m of row.marks) {

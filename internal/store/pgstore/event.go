@@ -54,7 +54,8 @@ func checkEvent(p store.EventRecordParams) error {
 
 // EventRecord implements store.Store. The planned stop lookup and the
 // insert are one statement, so the event is suppressed exactly when a
-// marker covering At was committed when the statement began. A nil Detail
+// marker covering At, written when the event's process was already
+// running (LaunchedAt), was committed when the statement began. A nil Detail
 // is stored as NULL; a Detail that is not valid JSON, or an unknown Kind,
 // is refused before anything is written.
 func (s *Store) EventRecord(ctx context.Context, p store.EventRecordParams) (*vigiltype.ProcessEvent, error) {
@@ -69,7 +70,8 @@ func (s *Store) EventRecord(ctx context.Context, p store.EventRecordParams) (*vi
 	event, err := scanEvent(s.pool.QueryRow(ctx, `
 		WITH stop AS (
 			SELECT 1 FROM planned_stops
-			WHERE agent = @agent AND created_at <= @at AND @at <= expires_at)
+			WHERE agent = @agent AND created_at <= @at AND @at <= expires_at
+				AND (@launched_at::timestamptz IS NULL OR @launched_at::timestamptz <= created_at))
 		INSERT INTO process_events (agent, kind, at, exit_code, signal, run_duration_ms, stderr_tail,
 			detail, delivered_at, delivery_kind)
 		VALUES (@agent, @kind, @at, @exit_code, @signal, @run_duration_ms, @stderr_tail, @detail::json,
@@ -80,6 +82,7 @@ func (s *Store) EventRecord(ctx context.Context, p store.EventRecordParams) (*vi
 			"agent":           p.Agent,
 			"kind":            string(p.Kind),
 			"at":              utcMS(p.At),
+			"launched_at":     utcMSPtr(p.LaunchedAt),
 			"exit_code":       p.ExitCode,
 			"signal":          p.Signal,
 			"run_duration_ms": p.RunDurationMS,

@@ -59,7 +59,8 @@ func checkEvent(p store.EventRecordParams) error {
 
 // EventRecord implements store.Store. The planned stop lookup and the
 // insert are one statement, so the event is suppressed exactly when a
-// marker covering At existed as it was written. A nil Detail is stored as
+// marker covering At, written when the event's process was already
+// running (LaunchedAt), existed as it was written. A nil Detail is stored as
 // NULL; a Detail that is not valid JSON, or an unknown Kind, is refused
 // before anything is written.
 func (s *Store) EventRecord(ctx context.Context, p store.EventRecordParams) (*vigiltype.ProcessEvent, error) {
@@ -70,10 +71,15 @@ func (s *Store) EventRecord(ctx context.Context, p store.EventRecordParams) (*vi
 	if p.Detail != nil {
 		detail = string(p.Detail)
 	}
+	var launched any // NULL unless given
+	if p.LaunchedAt != nil {
+		launched = timeString(*p.LaunchedAt)
+	}
 	event, err := scanEvent(s.writer.QueryRowContext(ctx, `
 		WITH stop AS (
 			SELECT 1 FROM planned_stops
-			WHERE agent = @agent AND created_at <= @at AND @at <= expires_at)
+			WHERE agent = @agent AND created_at <= @at AND @at <= expires_at
+				AND (@launched_at IS NULL OR @launched_at <= created_at))
 		INSERT INTO process_events (agent, kind, at, exit_code, signal, run_duration_ms, stderr_tail,
 			detail, delivered_at, delivery_kind)
 		VALUES (@agent, @kind, @at, @exit_code, @signal, @run_duration_ms, @stderr_tail, @detail,
@@ -83,6 +89,7 @@ func (s *Store) EventRecord(ctx context.Context, p store.EventRecordParams) (*vi
 		sql.Named("agent", p.Agent),
 		sql.Named("kind", string(p.Kind)),
 		sql.Named("at", timeString(p.At)),
+		sql.Named("launched_at", launched),
 		sql.Named("exit_code", p.ExitCode),
 		sql.Named("signal", p.Signal),
 		sql.Named("run_duration_ms", p.RunDurationMS),

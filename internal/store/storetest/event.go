@@ -277,6 +277,53 @@ func exerciseEvent(ctx context.Context, t *testing.T, newStore func(t *testing.T
 		require.Nil(t, e.DeliveryKind)
 	})
 
+	t.Run("PlannedStopCoversTheProcessesRunningWhenWritten", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		// DESIGN E2: a marker covers the exits of the processes that were
+		// running when it was written. An event that says when its process
+		// was launched (LaunchedAt, on the store's clock) is covered only
+		// if that was not after the marker; one that does not say falls
+		// under the TTL alone.
+		created := at(time.Minute)
+		b.writePlannedStop(t, store.PlannedStopParams{Agent: "research", Reason: "restart", TTL: 2 * time.Minute, Now: created})
+		for _, tt := range []struct {
+			name     string
+			kind     vigiltype.EventKind
+			launched *time.Time
+			covered  bool
+		}{
+			{"LaunchedBefore", vigiltype.EventExit, ptr(created.Add(-time.Hour)), true},
+			{"LaunchedAtTheMarker", vigiltype.EventExit, ptr(created), true},
+			{"LaunchedAfter", vigiltype.EventExit, ptr(created.Add(time.Millisecond)), false},
+			{"LaunchedAfterSubMillisecond", vigiltype.EventExit, ptr(created.Add(999 * time.Microsecond)), true}, // ms precision
+			{"StallKillOfALaterProcess", vigiltype.EventStallKill, ptr(created.Add(time.Second)), false},
+			{"LaunchFailureAfter", vigiltype.EventLaunchFailure, ptr(created.Add(30 * time.Second)), false},
+			{"NotSaid", vigiltype.EventExit, nil, true},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				e := b.recordEvent(t, store.EventRecordParams{
+					Agent: "research", Kind: tt.kind, At: created.Add(30 * time.Second), LaunchedAt: tt.launched,
+				})
+				if tt.covered {
+					require.Equal(t, ptr(vigiltype.DeliverySuppressed), e.DeliveryKind)
+					require.Equal(t, ptr(e.At), e.DeliveredAt)
+				} else {
+					require.Nil(t, e.DeliveredAt, "an ordinary event, waiting for a consumer")
+					require.Nil(t, e.DeliveryKind)
+				}
+				requireEventEqual(t, e, b.eventByID(t, e.EventID))
+			})
+		}
+
+		// The TTL still bounds the marker, for a process it covers too.
+		late := b.recordEvent(t, store.EventRecordParams{
+			Agent: "research", At: created.Add(2*time.Minute + time.Millisecond), LaunchedAt: ptr(created.Add(-time.Hour)),
+		})
+		require.Nil(t, late.DeliveredAt)
+	})
+
 	t.Run("PlannedStopWriteAndGet", func(t *testing.T) {
 		t.Parallel()
 		b := setup(ctx, t, newStore)
