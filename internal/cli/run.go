@@ -125,11 +125,15 @@ func (r *runner) run(types []string, id int64, kind string, argv []string) (err 
 			return err
 		}
 		t, err := claimInto(ctx, r.c, r.st, inst, types, id)
-		if err != nil {
-			return err
+		if err == nil && t == nil {
+			err = &exitError{err: fmt.Errorf("--claim: no claimable task of type %v", types), code: exitNotFound}
 		}
-		if t == nil {
-			return &exitError{err: fmt.Errorf("--claim: no claimable task of type %v", types), code: exitNotFound}
+		if err != nil {
+			// The instance registered for this run ends with it.
+			if xerr := r.exitInstance(inst); xerr != nil {
+				return errors.Join(err, xerr)
+			}
+			return err
 		}
 		lease = inst.Lease(t)
 	} else {
@@ -262,7 +266,7 @@ func (r *runner) finish(l vigilclient.Lease, claimed bool, code int, runErr erro
 		if err != nil {
 			errs = append(errs, err)
 		}
-		if _, err := r.c.ProcessExit(ctx, l.Instance); err != nil && !errors.Is(err, vigiltype.ErrInstanceExited) {
+		if err := r.exitInstance(l.Instance); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -277,6 +281,17 @@ func (r *runner) finish(l vigilclient.Lease, claimed bool, code int, runErr erro
 		code = exitFailure // CMD succeeded but finishing did not
 	}
 	return &exitError{err: all, code: code}
+}
+
+// exitInstance marks the instance vigil run registered for itself exited,
+// so it shows stopped at once instead of alive until its window passes.
+func (r *runner) exitInstance(inst vigilclient.Instance) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.cmd.Context()), finishTimeout)
+	defer cancel()
+	if _, err := r.c.ProcessExit(ctx, inst); err != nil && !errors.Is(err, vigiltype.ErrInstanceExited) {
+		return fmt.Errorf("mark instance %s exited: %w", inst.ID, err)
+	}
+	return nil
 }
 
 // readerOrFile passes *os.File through (so CMD gets the real terminal) and

@@ -222,3 +222,29 @@ func TestConcurrentClaimsInOneWorkdir(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Equal(t, 1, strings.Count(out, `"task_id"`), "one task held, by the winner: %s", out)
 }
+
+// vigil run --claim with nothing to claim exits 3 and leaves no instance
+// alive: the one it registered for itself is marked exited (issue #12
+// case 8; on the old code it stayed alive for its whole alive window).
+func TestRunWithNothingToClaimMarksItsInstanceExited(t *testing.T) {
+	t.Parallel()
+	srv := testserver.Start(t)
+	for _, args := range [][]string{
+		{"--claim", "nothing"},
+		{"--id", "99"}, // no such task
+	} {
+		dir := t.TempDir()
+		argv := append([]string{"run", "--workdir", dir}, args...)
+		code, _, errOut := run(t, append(argv, "--server", srv.URL, "--", "true")...)
+		require.Equal(t, exitNotFound, code, errOut)
+
+		st, err := heartbeat.Open(dir)
+		require.NoError(t, err)
+		is, err := st.ReadInstance()
+		require.NoError(t, err, "the instance vigil run registered is recorded")
+		p, err := srv.Liveness.Get(t.Context(), is.InstanceID)
+		require.NoError(t, err)
+		require.Equal(t, vigiltype.ProcessStopped, p.Status, "%v: the instance must not stay alive", args)
+		require.NotNil(t, p.ExitedAt, "%v: marked exited", args)
+	}
+}
