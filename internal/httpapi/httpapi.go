@@ -6,14 +6,12 @@ package httpapi
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/vigil-fleet/vigil/internal/dashboard"
@@ -53,18 +51,29 @@ type Config struct {
 	// Token, when set, is required as "Authorization: Bearer <Token>" on
 	// every endpoint but /healthz.
 	Token string
+	// Hosts are the Host header values the server answers for (see
+	// ServedHosts): NAME:PORT for that port, NAME for any. A request for
+	// another Host is refused with 421 (DNS rebinding). nil: the loopback
+	// names (LoopbackHosts) on any port.
+	Hosts []string
 }
 
 type api struct {
 	Config
+	hosts *hostPolicy
 }
 
-// New returns the API's http.Handler.
-func New(cfg Config) http.Handler {
+// New returns the API's http.Handler. It fails only on a malformed
+// Config.Hosts entry.
+func New(cfg Config) (http.Handler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	a := &api{Config: cfg}
+	hosts, err := newHostPolicy(cfg.Hosts)
+	if err != nil {
+		return nil, err
+	}
+	a := &api{Config: cfg, hosts: hosts}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", a.healthz)
 	if cfg.Metrics != nil {
@@ -99,11 +108,12 @@ func New(cfg Config) http.Handler {
 	// Literal segments that GET /v1/…/{id} would otherwise take for an id.
 	mux.HandleFunc("GET /v1/tasks/claim", onlyPost)
 	mux.HandleFunc("GET /v1/processes/prune", onlyPost)
-	return a.middleware(mux)
+	return a.middleware(mux), nil
 }
 
-// middleware: panic recovery, server token, body limit, request log, and
-// the JSON error shape for the mux's own 404s and 405s.
+// middleware: panic recovery, the guard (Host, Origin, server token,
+// Content-Type), body limit, request log, and the JSON error shape for the
+// mux's own 404s and 405s.
 func (a *api) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -123,21 +133,12 @@ func (a *api) middleware(next http.Handler) http.Handler {
 			a.Logger.Debug("http", "method", r.Method, "path", r.URL.Path, "status", rec.status,
 				"duration_ms", float64(time.Since(start).Microseconds())/1000)
 		}()
-		if a.Token != "" && !a.public(r.URL.Path) && !a.authorized(r) {
-			writeError(rec, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token (Authorization: Bearer <token>)")
+		if !a.guard(rec, r) {
 			return
 		}
 		r.Body = http.MaxBytesReader(rec, r.Body, BodyMaxBytes)
 		next.ServeHTTP(&muxErrorWriter{statusRecorder: rec, route: r.Method + " " + r.URL.Path}, r)
 	})
-}
-
-// authorized checks "Authorization: Bearer <token>" (the scheme is
-// case-insensitive, RFC 7235).
-func (a *api) authorized(r *http.Request) bool {
-	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	return ok && strings.EqualFold(scheme, "Bearer") &&
-		subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(a.Token)) == 1
 }
 
 // healthzTimeout bounds the store read /healthz makes.
@@ -610,6 +611,10 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		// The client went away (timeout, shutdown): nobody reads this answer.
 		a.Logger.Debug("request abandoned by client", "method", r.Method, "path", r.URL.Path, "err", err)
 		writeError(w, http.StatusServiceUnavailable, "unavailable", "request cancelled")
+		return
+	}
+	if status == http.StatusUnauthorized {
+		writeUnauthorized(w, publicMessage(err))
 		return
 	}
 	if status == http.StatusInternalServerError {
