@@ -5,14 +5,17 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/vigil-fleet/vigil/internal/dashboard"
 	"github.com/vigil-fleet/vigil/internal/events"
@@ -340,7 +343,7 @@ type leaseRequest struct {
 	InstanceID    string          `json:"instance_id"`
 	LeaseEpoch    int64           `json:"lease_epoch"`
 	SchemaVersion int             `json:"schema_version"` // heartbeat
-	ActivityAt    *time.Time      `json:"activity_at"`    // heartbeat, v2
+	ActivityAt    json.RawMessage `json:"activity_at"`    // heartbeat, v2: an RFC 3339 time (activityAt)
 	Result        json.RawMessage `json:"result"`         // complete
 	Error         string          `json:"error"`          // fail
 	RetryAfterS   float64         `json:"retry_after_s"`  // fail
@@ -369,8 +372,13 @@ func (a *api) taskLeaseOp(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, vigiltype.Invalid("error", "error and retry_after_s are only accepted by fail"))
 		return
 	}
-	if op != "heartbeat" && (p.SchemaVersion != 0 || p.ActivityAt != nil) {
+	if op != "heartbeat" && (p.SchemaVersion != 0 || (p.ActivityAt != nil && string(p.ActivityAt) != "null")) {
 		a.fail(w, r, vigiltype.Invalid("schema_version", "schema_version and activity_at are only accepted by heartbeat"))
+		return
+	}
+	activity, err := activityAt(p.ActivityAt)
+	if err != nil {
+		a.fail(w, r, err)
 		return
 	}
 	token, ok := instanceToken(w, r)
@@ -378,13 +386,10 @@ func (a *api) taskLeaseOp(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	l := lease.Lease{TaskID: id, InstanceID: p.InstanceID, Token: token, Epoch: p.LeaseEpoch}
-	var (
-		t   *vigiltype.Task
-		err error
-	)
+	var t *vigiltype.Task
 	switch op {
 	case "heartbeat":
-		t, err = a.Lease.Heartbeat(r.Context(), l, lease.Beat{SchemaVersion: p.SchemaVersion, ActivityAt: p.ActivityAt})
+		t, err = a.Lease.Heartbeat(r.Context(), l, lease.Beat{SchemaVersion: p.SchemaVersion, ActivityAt: activity})
 		if err == nil && a.Metrics != nil {
 			a.Metrics.Heartbeats.WithLabelValues("lease", strconv.Itoa(t.HeartbeatSchemaVersion)).Inc()
 		}
@@ -400,6 +405,19 @@ func (a *api) taskLeaseOp(w http.ResponseWriter, r *http.Request) {
 		t, err = a.Lease.Release(r.Context(), l)
 	}
 	a.respond(w, r, t, err)
+}
+
+// activityAt reads a lease heartbeat's activity_at: absent or null is nil,
+// anything but an RFC 3339 time a 400 naming the field.
+func activityAt(raw json.RawMessage) (*time.Time, error) {
+	if raw == nil || string(raw) == "null" {
+		return nil, nil
+	}
+	var t time.Time
+	if err := t.UnmarshalJSON(raw); err != nil {
+		return nil, vigiltype.Invalid("activity_at", "must be an RFC 3339 time, e.g. \"2026-12-01T09:30:00Z\"")
+	}
+	return &t, nil
 }
 
 // taskStalled lists a kind's tasks running longer than after_s (default
@@ -554,22 +572,39 @@ func (a *api) queryInt(w http.ResponseWriter, r *http.Request, name string) (int
 	return n, true
 }
 
-// decode reads a strict JSON body into v. An empty body decodes as {}.
+// decode reads a strict JSON body into v. An empty body decodes as {}. A
+// body that is not valid UTF-8 is refused naming the field that holds the
+// bad bytes, which encoding/json would quietly turn into U+FFFD (but in
+// cleanedFields, where that is what is wanted).
 func (a *api) decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("unexpected data after the JSON object")
-	}
-	if err == nil || (errors.Is(err, errEOF) && r.ContentLength <= 0) {
-		return true
-	}
+	body, err := io.ReadAll(r.Body)
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
 		writeError(w, http.StatusRequestEntityTooLarge, "payload_too_large",
 			fmt.Sprintf("request body is over the %d byte limit", BodyMaxBytes))
 		return false
+	}
+	if err != nil {
+		a.fail(w, r, fmt.Errorf("read request body: %w", err))
+		return false
+	}
+	if len(body) == 0 {
+		return true
+	}
+	if !utf8.Valid(body) {
+		if field := invalidUTF8Field(body); field != "" {
+			a.fail(w, r, vigiltype.Invalid(field, "must be valid UTF-8"))
+			return false
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	err = dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("unexpected data after the JSON object")
+	}
+	if err == nil {
+		return true
 	}
 	writeError(w, http.StatusBadRequest, "malformed_json", "request body: "+jsonErrorText(err))
 	return false
