@@ -64,6 +64,9 @@ func (f *serverFlags) config(cmd *cobra.Command) (daemon.Config, *slog.Logger, e
 	if !lease.ExpiryPolicy(f.leaseExpiry).Valid() {
 		return daemon.Config{}, nil, fmt.Errorf("--lease-expiry %q: must be max or activity", f.leaseExpiry)
 	}
+	if err := daemon.CheckAllowedHosts(f.allowedHosts); err != nil {
+		return daemon.Config{}, nil, err
+	}
 	if f.sweepInterval < sweepIntervalMin {
 		return daemon.Config{}, nil, fmt.Errorf("--sweep-interval must be at least %s, got %s", sweepIntervalMin, f.sweepInterval)
 	}

@@ -114,10 +114,8 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		if err := checkExposure(cfg.Addr, token); err != nil {
 			return nil, err
 		}
-		for _, h := range cfg.AllowedHosts {
-			if _, _, err := httpapi.ParseHostEntry(h); err != nil {
-				return nil, fmt.Errorf("--allowed-host: %w", err)
-			}
+		if err := CheckAllowedHosts(cfg.AllowedHosts); err != nil {
+			return nil, err
 		}
 	}
 
@@ -225,11 +223,17 @@ func (d *Daemon) Addr() string {
 	return d.listener.Addr().String()
 }
 
-// URL is the API's base URL, e.g. http://127.0.0.1:7711; "" with
-// Config.NoListen.
+// URL is the API's base URL for a client on this machine, e.g.
+// http://127.0.0.1:7711 ("" with Config.NoListen). Listening on every
+// interface (0.0.0.0, [::]) it names 127.0.0.1: the server does not answer
+// for the unspecified address as a Host.
 func (d *Daemon) URL() string {
 	if d.listener == nil {
 		return ""
+	}
+	host, port, err := net.SplitHostPort(d.Addr())
+	if ip := net.ParseIP(host); err == nil && ip != nil && ip.IsUnspecified() {
+		return "http://" + net.JoinHostPort("127.0.0.1", port)
 	}
 	return "http://" + d.Addr()
 }
@@ -321,6 +325,16 @@ func readToken(path string) (string, error) {
 		return "", fmt.Errorf("--token-file %s: the token must be at least 16 characters", path)
 	}
 	return token, nil
+}
+
+// CheckAllowedHosts validates --allowed-host values (NAME or NAME:PORT).
+func CheckAllowedHosts(hosts []string) error {
+	for _, h := range hosts {
+		if _, _, err := httpapi.ParseHostEntry(h); err != nil {
+			return fmt.Errorf("--allowed-host: %w", err)
+		}
+	}
+	return nil
 }
 
 // servedHosts are the Host values the API answers for (httpapi.ServedHosts
