@@ -153,7 +153,10 @@ func (c *Client) send(ctx context.Context, base *url.URL, req request, body []by
 	}
 	hr.Header.Set("Accept", "application/json")
 	hr.Header.Set("User-Agent", "vigilclient-go")
-	if body != nil {
+	if body != nil || req.method != http.MethodGet {
+		// Every write says it is JSON, a bodyless one too: the server
+		// refuses other writes (415), as a browser's cross-site form could
+		// send them.
 		hr.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {

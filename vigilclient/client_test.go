@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -295,4 +298,38 @@ func TestNewFromEnv(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.Sweepers(ctx)
 	require.NoError(t, err)
+}
+
+// Every write says Content-Type: application/json, a bodyless one (a
+// liveness heartbeat, an exit, mark-stopped) too, and a read says nothing:
+// the server refuses a /v1 write of any other type (415).
+func TestClientSendsJSONContentTypeOnEveryWrite(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var mu sync.Mutex
+	seen := map[string]string{} // "METHOD path" → Content-Type
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen[r.Method+" "+r.URL.Path] = r.Header.Get("Content-Type")
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"instance_id":"i1","name":"a"}`))
+	}))
+	t.Cleanup(srv.Close)
+	c, err := vigilclient.New([]string{srv.URL})
+	require.NoError(t, err)
+	inst := vigilclient.Instance{ID: "i1", Token: "t"}
+	_, err = c.ProcessHeartbeat(ctx, inst)
+	require.NoError(t, err)
+	_, err = c.MarkAgent(ctx, "a", vigiltype.AgentStopped)
+	require.NoError(t, err)
+	_, _ = c.GetProcess(ctx, "i1")
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, map[string]string{
+		"POST /v1/processes/i1/heartbeat": "application/json",
+		"POST /v1/agents/a/mark-stopped":  "application/json",
+		"GET /v1/processes/i1":            "",
+	}, seen)
 }

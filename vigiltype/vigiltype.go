@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -348,12 +347,6 @@ func CheckName(field, value string) error {
 		}
 	}
 	return nil
-}
-
-// CleanText makes free text storable on every backend: invalid UTF-8 and
-// NUL (which PostgreSQL text cannot hold) become U+FFFD.
-func CleanText(s string) string {
-	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 
 // JSONDepthMax is the deepest nesting of arrays and objects accepted in any

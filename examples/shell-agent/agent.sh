@@ -10,7 +10,7 @@
 #
 # Try it:  vigil serve &
 #          sh examples/shell-agent/agent.sh &
-#          curl -s -X POST localhost:7711/v1/tasks -d '{"task_type":"echo","payload":{"text":"hi"}}'
+#          curl -s -X POST localhost:7711/v1/tasks -H 'Content-Type: application/json' -d '{"task_type":"echo","payload":{"text":"hi"}}'
 #
 # jq is not needed: json_get reads a field out of an answer with a small awk
 # JSON scanner (escapes and \uXXXX decoded), and json_escape escapes text put

@@ -160,6 +160,7 @@ func hbPost(ctx context.Context, c *http.Client, baseURL, id, token string) erro
 	if err != nil {
 		return err
 	}
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Vigil-Instance-Token", token)
 	return hbDo(c, req)
 }

@@ -167,6 +167,12 @@ func TestServeRefusesExposureWithoutToken(t *testing.T) {
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, errOut, "--stop-grace must be positive")
 
+	for _, cmd := range []string{"serve", "up"} {
+		code, _, errOut = run(t, cmd, "--allowed-host", "http://vigil.internal", "--addr", "127.0.0.1:0", "--db", db)
+		require.Equal(t, exitFailure, code, cmd)
+		require.Contains(t, errOut, `--allowed-host: allowed host "http://vigil.internal": not a host name (want NAME or NAME:PORT`, cmd)
+	}
+
 	code, _, errOut = run(t, "serve", "--log-level", "loud", "--db", db)
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, errOut, `--log-level "loud"`)

@@ -23,6 +23,7 @@ type serverFlags struct {
 	db            string
 	addr          string
 	tokenFile     string
+	allowedHosts  []string
 	leaseTimeout  time.Duration
 	leaseExpiry   string
 	sweepInterval time.Duration
@@ -37,6 +38,10 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 		"HOST:PORT to serve the API on; a non-loopback address needs --token-file (env VIGIL_ADDR)")
 	fs.StringVar(&f.tokenFile, "token-file", os.Getenv("VIGIL_TOKEN_FILE"),
 		"file holding a bearer token (16+ chars) required on every endpoint but /healthz (env VIGIL_TOKEN_FILE)")
+	fs.StringArrayVar(&f.allowedHosts, "allowed-host", nil,
+		"a Host name clients may use besides the listen address, localhost, 127.0.0.1, [::1] and this machine's hostname "+
+			"(and, listening on 0.0.0.0 or [::], its interface addresses): NAME for any port or NAME:PORT; repeatable. "+
+			"Requests naming any other Host get 421 (DNS rebinding). E.g. the name behind a proxy or in an ssh tunnel")
 	fs.DurationVar(&f.leaseTimeout, "lease-timeout", lease.LeaseTimeoutDefault,
 		"reclaim a task lease after this long without a lease heartbeat (DESIGN T3)")
 	fs.StringVar(&f.leaseExpiry, "lease-expiry", string(lease.ExpiryMax),
@@ -59,11 +64,14 @@ func (f *serverFlags) config(cmd *cobra.Command) (daemon.Config, *slog.Logger, e
 	if !lease.ExpiryPolicy(f.leaseExpiry).Valid() {
 		return daemon.Config{}, nil, fmt.Errorf("--lease-expiry %q: must be max or activity", f.leaseExpiry)
 	}
+	if err := daemon.CheckAllowedHosts(f.allowedHosts); err != nil {
+		return daemon.Config{}, nil, err
+	}
 	if f.sweepInterval < sweepIntervalMin {
 		return daemon.Config{}, nil, fmt.Errorf("--sweep-interval must be at least %s, got %s", sweepIntervalMin, f.sweepInterval)
 	}
 	return daemon.Config{
-		DB: f.db, Addr: f.addr, TokenFile: f.tokenFile,
+		DB: f.db, Addr: f.addr, TokenFile: f.tokenFile, AllowedHosts: f.allowedHosts,
 		LeaseTimeout: f.leaseTimeout, LeaseExpiry: lease.ExpiryPolicy(f.leaseExpiry),
 		SweepInterval: f.sweepInterval, Logger: logger,
 	}, logger, nil
@@ -82,11 +90,19 @@ may then share it, each reclaimed lease is acted on once, and every server
 follows the database's clock. Migrations run at start.
 
 Agents register and heartbeat against it with the Go client (vigilclient) or
-plain HTTP. Stop it with Ctrl-C or SIGTERM.`,
+plain HTTP. Stop it with Ctrl-C or SIGTERM.
+
+Browsers (docs/security.md): a request whose Host is not one the server
+answers for gets 421, except /healthz; those are the listen address, the
+loopback names (localhost, 127.0.0.1, [::1]) and this machine's hostname
+with the listen port, every interface address when listening on 0.0.0.0 or
+[::], and each --allowed-host. A request from another web origin (Origin or
+Sec-Fetch-Site) gets 403, except GETs of the dashboard's page and assets,
+and a /v1 write must be Content-Type: application/json (415 otherwise).`,
 		Example: `  vigil serve
   vigil serve --db /var/lib/vigil/vigil.db --addr 127.0.0.1:7711
   vigil serve --db postgres://vigil@db.internal/vigil --addr 0.0.0.0:7711 --token-file /etc/vigil/token
-  vigil serve --addr 0.0.0.0:7711 --token-file /etc/vigil/token`,
+  vigil serve --addr 0.0.0.0:7711 --token-file /etc/vigil/token --allowed-host vigil.internal`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, _, err := f.config(cmd)

@@ -46,9 +46,13 @@ const (
 // Config configures a Daemon. Zero fields take the defaults above and those
 // of package lease.
 type Config struct {
-	DB            string             // SQLite file path, or postgres:// URL (VIGIL_DB)
-	Addr          string             // HOST:PORT; port 0 picks a free one
-	TokenFile     string             // file holding the bearer token; empty = no auth (loopback only)
+	DB        string // SQLite file path, or postgres:// URL (VIGIL_DB)
+	Addr      string // HOST:PORT; port 0 picks a free one
+	TokenFile string // file holding the bearer token; empty = no auth (loopback only)
+	// AllowedHosts are Host header values served besides the listen
+	// address, the loopback names and the machine's own names
+	// (--allowed-host): NAME for any port, NAME:PORT for one.
+	AllowedHosts  []string
 	LeaseTimeout  time.Duration      // lease window without heartbeat (lease.LeaseTimeoutDefault)
 	LeaseExpiry   lease.ExpiryPolicy // what expiry counts from (lease.ExpiryMax when empty; DESIGN T4)
 	SweepInterval time.Duration      // lease reclaimer period (SweepIntervalDefault)
@@ -117,6 +121,9 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	if !cfg.NoListen {
 		if err := checkExposure(cfg.Addr, token); err != nil {
+			return nil, err
+		}
+		if err := CheckAllowedHosts(cfg.AllowedHosts); err != nil {
 			return nil, err
 		}
 	}
@@ -197,18 +204,31 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		st.Close()
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
+	hosts, err := servedHosts(cfg.Addr, d.listener.Addr().String(), cfg.AllowedHosts)
+	if err != nil {
+		d.listener.Close()
+		st.Close()
+		return nil, err
+	}
+	handler, err := httpapi.New(httpapi.Config{
+		Liveness: d.Liveness, Lease: d.Lease, Registry: d.Registry, Events: d.Events,
+		Snapshot: d.Snapshot, Store: st, Logger: cfg.Logger, Token: token, Metrics: d.Metrics,
+		Hosts: hosts,
+		Timeline: &dashboard.Service{
+			Registry: d.Registry, Liveness: d.Liveness, Events: d.Events, Now: cfg.Clock.Now,
+		},
+		Dashboard: dashboard.Handler(),
+		MCP: mcpserver.Handler(mcpserver.New(mcpserver.Deps{
+			Liveness: d.Liveness, Events: d.Events, Snapshot: d.Snapshot, Sweepers: st,
+		})),
+	})
+	if err != nil {
+		d.listener.Close()
+		st.Close()
+		return nil, err
+	}
 	d.server = &http.Server{
-		Handler: httpapi.New(httpapi.Config{
-			Liveness: d.Liveness, Lease: d.Lease, Registry: d.Registry, Events: d.Events,
-			Snapshot: d.Snapshot, Store: st, Logger: cfg.Logger, Token: token, Metrics: d.Metrics,
-			Timeline: &dashboard.Service{
-				Registry: d.Registry, Liveness: d.Liveness, Events: d.Events, Now: cfg.Clock.Now,
-			},
-			Dashboard: dashboard.Handler(),
-			MCP: mcpserver.Handler(mcpserver.New(mcpserver.Deps{
-				Liveness: d.Liveness, Events: d.Events, Snapshot: d.Snapshot, Sweepers: st,
-			})),
-		}),
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second, // a client trickling a body cannot hold a connection
 		WriteTimeout:      30 * time.Second,
@@ -227,11 +247,17 @@ func (d *Daemon) Addr() string {
 	return d.listener.Addr().String()
 }
 
-// URL is the API's base URL, e.g. http://127.0.0.1:7711; "" with
-// Config.NoListen.
+// URL is the API's base URL for a client on this machine, e.g.
+// http://127.0.0.1:7711 ("" with Config.NoListen). Listening on every
+// interface (0.0.0.0, [::]) it names 127.0.0.1: the server does not answer
+// for the unspecified address as a Host.
 func (d *Daemon) URL() string {
 	if d.listener == nil {
 		return ""
+	}
+	host, port, err := net.SplitHostPort(d.Addr())
+	if ip := net.ParseIP(host); err == nil && ip != nil && ip.IsUnspecified() {
+		return "http://" + net.JoinHostPort("127.0.0.1", port)
 	}
 	return "http://" + d.Addr()
 }
@@ -328,6 +354,35 @@ func readToken(path string) (string, error) {
 		return "", fmt.Errorf("--token-file %s: the token must be at least 16 characters", path)
 	}
 	return token, nil
+}
+
+// CheckAllowedHosts validates --allowed-host values (NAME or NAME:PORT).
+func CheckAllowedHosts(hosts []string) error {
+	for _, h := range hosts {
+		if _, _, err := httpapi.ParseHostEntry(h); err != nil {
+			return fmt.Errorf("--allowed-host: %w", err)
+		}
+	}
+	return nil
+}
+
+// servedHosts are the Host values the API answers for (httpapi.ServedHosts
+// on the bound address), plus the name the listen address was given as
+// (--addr vigil.internal:7711), with the bound port.
+func servedHosts(configured, bound string, allowed []string) ([]string, error) {
+	hosts, err := httpapi.ServedHosts(bound, allowed)
+	if err != nil {
+		return nil, err
+	}
+	name, _, err := net.SplitHostPort(configured)
+	if err != nil {
+		return nil, fmt.Errorf("--addr %q: must be HOST:PORT: %w", configured, err)
+	}
+	if ip := net.ParseIP(name); name != "" && (ip == nil || !ip.IsUnspecified()) {
+		_, port, _ := net.SplitHostPort(bound)
+		hosts = append(hosts, net.JoinHostPort(name, port))
+	}
+	return hosts, nil
 }
 
 // checkExposure refuses a non-loopback listen address without a token.

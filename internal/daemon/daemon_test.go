@@ -4,6 +4,8 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -168,4 +170,54 @@ func TestNoListenBindsNothing(t *testing.T) {
 	require.NoError(t, err, "the services work")
 	d.Start(ctx)
 	require.NoError(t, d.Stop())
+}
+
+// Listening on every interface, the server answers for its own names and
+// addresses with its port, and for --allowed-host; not for the unspecified
+// address nor any other name. Its URL for local clients (VIGIL_URL of
+// `vigil up`'s agents) is a loopback one.
+func TestEveryInterfaceListenAnswersForItsOwnNamesOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const token = "s3cret-token-0123456789"
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte(token), 0o600))
+	d, err := daemon.New(ctx, daemon.Config{
+		DB: t.TempDir() + "/v.db", Addr: "0.0.0.0:0", TokenFile: tokenFile, AllowedHosts: []string{"vigil.internal"},
+	})
+	require.NoError(t, err)
+	d.Start(ctx)
+	t.Cleanup(func() { require.NoError(t, d.Stop()) })
+	_, port, err := net.SplitHostPort(d.Addr())
+	require.NoError(t, err)
+	require.Equal(t, "http://127.0.0.1:"+port, d.URL())
+
+	hostname, err := os.Hostname()
+	require.NoError(t, err)
+	want := map[string]int{
+		"127.0.0.1:" + port:                      http.StatusOK,
+		"localhost:" + port:                      http.StatusOK,
+		net.JoinHostPort(hostname, port):         http.StatusOK,
+		"vigil.internal":                         http.StatusOK,
+		"0.0.0.0:" + port:                        http.StatusMisdirectedRequest,
+		"[::]:" + port:                           http.StatusMisdirectedRequest,
+		"attacker.example:" + port:               http.StatusMisdirectedRequest,
+		net.JoinHostPort(hostname, "1"):          http.StatusMisdirectedRequest,
+		net.JoinHostPort(hostname+".evil", port): http.StatusMisdirectedRequest,
+	}
+	addrs, err := net.InterfaceAddrs()
+	require.NoError(t, err)
+	for _, a := range addrs {
+		want[net.JoinHostPort(a.(*net.IPNet).IP.String(), port)] = http.StatusOK
+	}
+	for host, status := range want {
+		req, err := http.NewRequestWithContext(ctx, "GET", d.URL()+"/v1/agents", nil)
+		require.NoError(t, err)
+		req.Host = host
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, status, resp.StatusCode, "Host %s", host)
+	}
 }

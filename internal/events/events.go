@@ -23,6 +23,7 @@ package events
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -109,12 +110,15 @@ func (s *Service) Record(ctx context.Context, p RecordParams) (*vigiltype.Proces
 	if len(p.Signal) > 32 {
 		return nil, vigiltype.Invalid("signal", "must be at most 32 characters")
 	}
+	if err := vigiltype.CheckText("signal", p.Signal); err != nil {
+		return nil, err
+	}
 	if p.Detail != nil {
 		if err := vigiltype.CheckJSON("detail", p.Detail, DetailMaxBytes); err != nil {
 			return nil, err
 		}
 	}
-	tail := vigiltype.CleanText(p.StderrTail)
+	tail := vigiltype.CleanText(p.StderrTail) // a program's output: cleaned, not refused
 	if len(tail) > StderrTailMaxBytes {
 		tail = strings.ToValidUTF8(tail[len(tail)-StderrTailMaxBytes:], "") // keep the end
 	}
@@ -208,11 +212,15 @@ type PlannedStopParams struct {
 
 // PlannedStop records that agent is being stopped on purpose: its exits for
 // the TTL are suppressed (DESIGN E2). A new marker replaces the old one.
+// Errors: ErrNotFound when the registry holds no such agent.
 func (s *Service) PlannedStop(ctx context.Context, agent string, p PlannedStopParams) (*vigiltype.PlannedStop, error) {
 	if err := vigiltype.CheckName("agent", agent); err != nil {
 		return nil, err
 	}
-	reason := strings.TrimSpace(vigiltype.CleanText(p.Reason))
+	if err := vigiltype.CheckText("reason", p.Reason); err != nil {
+		return nil, err
+	}
+	reason := strings.TrimSpace(p.Reason)
 	if reason == "" {
 		return nil, vigiltype.Invalid("reason", "is required: say why the agent is stopped")
 	}
@@ -225,6 +233,14 @@ func (s *Service) PlannedStop(ctx context.Context, agent string, p PlannedStopPa
 			return nil, err
 		}
 		ttl = time.Duration(p.TTLS * float64(time.Second))
+	}
+	// A marker for an agent the registry does not hold would suppress the
+	// exits of whatever registers under that name later: refused.
+	if _, err := s.store.AgentGet(ctx, agent); err != nil {
+		if errors.Is(err, vigiltype.ErrNotFound) {
+			return nil, err // names the agent
+		}
+		return nil, fmt.Errorf("planned stop of agent %q: %w", agent, err)
 	}
 	m, err := s.store.PlannedStopWrite(ctx, store.PlannedStopParams{Agent: agent, Reason: reason, TTL: ttl, Now: s.clock.Now()})
 	if err != nil {

@@ -165,6 +165,7 @@ func TestConcurrentBatchClaimsNeverShareATask(t *testing.T) {
 			for {
 				body, _ := json.Marshal(map[string]any{"instance_id": in.ID, "task_types": []string{"sleep"}, "max_tasks": 1 + 7*w})
 				req, _ := http.NewRequest("POST", b.srv.URL+"/v1/tasks/claim", bytes.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("X-Vigil-Instance-Token", in.Token)
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {

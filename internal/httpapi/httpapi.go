@@ -5,16 +5,17 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/vigil-fleet/vigil/internal/dashboard"
 	"github.com/vigil-fleet/vigil/internal/events"
@@ -53,18 +54,29 @@ type Config struct {
 	// Token, when set, is required as "Authorization: Bearer <Token>" on
 	// every endpoint but /healthz.
 	Token string
+	// Hosts are the Host header values the server answers for (see
+	// ServedHosts): NAME:PORT for that port, NAME for any. A request for
+	// another Host is refused with 421 (DNS rebinding). nil: the loopback
+	// names (LoopbackHosts) on any port.
+	Hosts []string
 }
 
 type api struct {
 	Config
+	hosts *hostPolicy
 }
 
-// New returns the API's http.Handler.
-func New(cfg Config) http.Handler {
+// New returns the API's http.Handler. It fails only on a malformed
+// Config.Hosts entry.
+func New(cfg Config) (http.Handler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	a := &api{Config: cfg}
+	hosts, err := newHostPolicy(cfg.Hosts)
+	if err != nil {
+		return nil, err
+	}
+	a := &api{Config: cfg, hosts: hosts}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", a.healthz)
 	if cfg.Metrics != nil {
@@ -99,11 +111,12 @@ func New(cfg Config) http.Handler {
 	// Literal segments that GET /v1/…/{id} would otherwise take for an id.
 	mux.HandleFunc("GET /v1/tasks/claim", onlyPost)
 	mux.HandleFunc("GET /v1/processes/prune", onlyPost)
-	return a.middleware(mux)
+	return a.middleware(mux), nil
 }
 
-// middleware: panic recovery, server token, body limit, request log, and
-// the JSON error shape for the mux's own 404s and 405s.
+// middleware: panic recovery, the guard (Host, Origin, server token,
+// Content-Type), body limit, request log, and the JSON error shape for the
+// mux's own 404s and 405s.
 func (a *api) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -123,21 +136,12 @@ func (a *api) middleware(next http.Handler) http.Handler {
 			a.Logger.Debug("http", "method", r.Method, "path", r.URL.Path, "status", rec.status,
 				"duration_ms", float64(time.Since(start).Microseconds())/1000)
 		}()
-		if a.Token != "" && !a.public(r.URL.Path) && !a.authorized(r) {
-			writeError(rec, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token (Authorization: Bearer <token>)")
+		if !a.guard(rec, r) {
 			return
 		}
 		r.Body = http.MaxBytesReader(rec, r.Body, BodyMaxBytes)
 		next.ServeHTTP(&muxErrorWriter{statusRecorder: rec, route: r.Method + " " + r.URL.Path}, r)
 	})
-}
-
-// authorized checks "Authorization: Bearer <token>" (the scheme is
-// case-insensitive, RFC 7235).
-func (a *api) authorized(r *http.Request) bool {
-	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	return ok && strings.EqualFold(scheme, "Bearer") &&
-		subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(a.Token)) == 1
 }
 
 // healthzTimeout bounds the store read /healthz makes.
@@ -346,7 +350,7 @@ type leaseRequest struct {
 	InstanceID    string          `json:"instance_id"`
 	LeaseEpoch    int64           `json:"lease_epoch"`
 	SchemaVersion int             `json:"schema_version"` // heartbeat
-	ActivityAt    *time.Time      `json:"activity_at"`    // heartbeat, v2
+	ActivityAt    json.RawMessage `json:"activity_at"`    // heartbeat, v2: an RFC 3339 time (activityAt)
 	Result        json.RawMessage `json:"result"`         // complete
 	Error         string          `json:"error"`          // fail
 	RetryAfterS   float64         `json:"retry_after_s"`  // fail
@@ -375,8 +379,13 @@ func (a *api) taskLeaseOp(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, vigiltype.Invalid("error", "error and retry_after_s are only accepted by fail"))
 		return
 	}
-	if op != "heartbeat" && (p.SchemaVersion != 0 || p.ActivityAt != nil) {
+	if op != "heartbeat" && (p.SchemaVersion != 0 || (p.ActivityAt != nil && string(p.ActivityAt) != "null")) {
 		a.fail(w, r, vigiltype.Invalid("schema_version", "schema_version and activity_at are only accepted by heartbeat"))
+		return
+	}
+	activity, err := activityAt(p.ActivityAt)
+	if err != nil {
+		a.fail(w, r, err)
 		return
 	}
 	token, ok := instanceToken(w, r)
@@ -384,13 +393,10 @@ func (a *api) taskLeaseOp(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	l := lease.Lease{TaskID: id, InstanceID: p.InstanceID, Token: token, Epoch: p.LeaseEpoch}
-	var (
-		t   *vigiltype.Task
-		err error
-	)
+	var t *vigiltype.Task
 	switch op {
 	case "heartbeat":
-		t, err = a.Lease.Heartbeat(r.Context(), l, lease.Beat{SchemaVersion: p.SchemaVersion, ActivityAt: p.ActivityAt})
+		t, err = a.Lease.Heartbeat(r.Context(), l, lease.Beat{SchemaVersion: p.SchemaVersion, ActivityAt: activity})
 		if err == nil && a.Metrics != nil {
 			a.Metrics.Heartbeats.WithLabelValues("lease", strconv.Itoa(t.HeartbeatSchemaVersion)).Inc()
 		}
@@ -406,6 +412,19 @@ func (a *api) taskLeaseOp(w http.ResponseWriter, r *http.Request) {
 		t, err = a.Lease.Release(r.Context(), l)
 	}
 	a.respond(w, r, t, err)
+}
+
+// activityAt reads a lease heartbeat's activity_at: absent or null is nil,
+// anything but an RFC 3339 time a 400 naming the field.
+func activityAt(raw json.RawMessage) (*time.Time, error) {
+	if raw == nil || string(raw) == "null" {
+		return nil, nil
+	}
+	var t time.Time
+	if err := t.UnmarshalJSON(raw); err != nil {
+		return nil, vigiltype.Invalid("activity_at", "must be an RFC 3339 time, e.g. \"2026-12-01T09:30:00Z\"")
+	}
+	return &t, nil
 }
 
 // taskStalled lists a kind's tasks running longer than after_s (default
@@ -560,22 +579,39 @@ func (a *api) queryInt(w http.ResponseWriter, r *http.Request, name string) (int
 	return n, true
 }
 
-// decode reads a strict JSON body into v. An empty body decodes as {}.
+// decode reads a strict JSON body into v. An empty body decodes as {}. A
+// body that is not valid UTF-8 is refused naming the field that holds the
+// bad bytes, which encoding/json would quietly turn into U+FFFD (but in
+// cleanedFields, where that is what is wanted).
 func (a *api) decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("unexpected data after the JSON object")
-	}
-	if err == nil || (errors.Is(err, errEOF) && r.ContentLength <= 0) {
-		return true
-	}
+	body, err := io.ReadAll(r.Body)
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
 		writeError(w, http.StatusRequestEntityTooLarge, "payload_too_large",
 			fmt.Sprintf("request body is over the %d byte limit", BodyMaxBytes))
 		return false
+	}
+	if err != nil {
+		a.fail(w, r, fmt.Errorf("read request body: %w", err))
+		return false
+	}
+	if len(body) == 0 {
+		return true
+	}
+	if !utf8.Valid(body) {
+		if field := invalidUTF8Field(body); field != "" {
+			a.fail(w, r, vigiltype.Invalid(field, "must be valid UTF-8"))
+			return false
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	err = dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("unexpected data after the JSON object")
+	}
+	if err == nil {
+		return true
 	}
 	writeError(w, http.StatusBadRequest, "malformed_json", "request body: "+jsonErrorText(err))
 	return false
@@ -617,6 +653,10 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		// The client went away (timeout, shutdown): nobody reads this answer.
 		a.Logger.Debug("request abandoned by client", "method", r.Method, "path", r.URL.Path, "err", err)
 		writeError(w, http.StatusServiceUnavailable, "unavailable", "request cancelled")
+		return
+	}
+	if status == http.StatusUnauthorized {
+		writeUnauthorized(w, publicMessage(err))
 		return
 	}
 	if status == http.StatusInternalServerError {

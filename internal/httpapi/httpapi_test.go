@@ -39,6 +39,7 @@ func setup(t *testing.T, opts ...testserver.Option) *testBundle {
 
 type response struct {
 	status int
+	header http.Header
 	body   []byte
 }
 
@@ -57,20 +58,32 @@ func (r response) errorCode(t *testing.T) (string, string) {
 }
 
 // do sends body (a string of JSON, or "" for none) with optional headers
-// given as name, value pairs.
+// given as name, value pairs. A write is sent as application/json unless
+// headers name a Content-Type ("" sends none); a "Host" pair sets the
+// request's Host.
 func (b *testBundle) do(method, path, body string, headers ...string) response {
 	b.t.Helper()
 	req, err := http.NewRequestWithContext(context.Background(), method, b.srv.URL+path, strings.NewReader(body))
 	require.NoError(b.t, err)
+	if method != http.MethodGet && method != http.MethodHead {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
+		switch name, value := headers[i], headers[i+1]; {
+		case strings.EqualFold(name, "Host"):
+			req.Host = value
+		case value == "":
+			req.Header.Del(name)
+		default:
+			req.Header.Set(name, value)
+		}
 	}
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(b.t, err)
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	require.NoError(b.t, err)
-	return response{status: resp.StatusCode, body: data}
+	return response{status: resp.StatusCode, header: resp.Header, body: data}
 }
 
 type instance struct {
@@ -385,8 +398,8 @@ func TestServerToken(t *testing.T) {
 	require.Equal(t, "unauthorized", code)
 	require.Equal(t, http.StatusUnauthorized, b.do("GET", "/v1/processes", "", "Authorization", "Bearer wrong").status)
 	require.Equal(t, http.StatusOK, b.do("GET", "/v1/processes", "", "Authorization", "Bearer s3cret-token-0123456789").status)
-	require.Equal(t, http.StatusOK, b.do("GET", "/v1/processes", "", "Authorization", "bearer s3cret-token-0123456789").status,
-		"the auth scheme is case-insensitive")
+	require.Equal(t, http.StatusUnauthorized, b.do("GET", "/v1/processes", "", "Authorization", "bearer s3cret-token-0123456789").status,
+		"the auth scheme is matched exactly: Bearer")
 }
 
 // Bad input gets a 4xx naming the field and rule, and writes nothing.
@@ -513,6 +526,7 @@ func TestConcurrentClaimsNeverShareATask(t *testing.T) {
 			for {
 				body, _ := json.Marshal(map[string]any{"instance_id": in.ID, "task_types": []string{"sleep"}})
 				req, _ := http.NewRequest("POST", b.srv.URL+"/v1/tasks/claim", strings.NewReader(string(body)))
+				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("X-Vigil-Instance-Token", in.Token)
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {

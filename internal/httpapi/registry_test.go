@@ -141,6 +141,7 @@ func (b *testBundle) recordExit(agent string) vigiltype.ProcessEvent {
 func TestProcessEventsAndPlannedStops(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	b.registerAgent("research") // a planned stop is for a registered agent
 	crash := b.recordExit("research")
 	require.Nil(t, crash.DeliveredAt, "a crash is undelivered")
 	require.True(t, crash.At.Equal(b.clock.Now()), "stamped by the server's clock")

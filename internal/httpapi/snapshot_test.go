@@ -190,10 +190,12 @@ func TestSnapshotTelemetryMissing(t *testing.T) {
 		Events: snapshot.EventLog(srv.Events), Clock: b.clock,
 	})
 	require.NoError(t, err)
-	ts := httptest.NewServer(httpapi.New(httpapi.Config{
+	h, err := httpapi.New(httpapi.Config{
 		Liveness: srv.Liveness, Lease: srv.Lease, Registry: srv.Registry, Events: srv.Events,
 		Snapshot: snap, Store: srv.Store(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}))
+	})
+	require.NoError(t, err)
+	ts := httptest.NewServer(h)
 	t.Cleanup(ts.Close)
 
 	b.registerAgent("blind")

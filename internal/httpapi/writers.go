@@ -9,8 +9,6 @@ import (
 	"strings"
 )
 
-var errEOF = io.EOF
-
 // statusRecorder remembers the status written, for the request log.
 type statusRecorder struct {
 	http.ResponseWriter

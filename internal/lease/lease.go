@@ -405,7 +405,10 @@ func (s *Service) ReclaimStalled(ctx context.Context, taskID, epoch int64, reaso
 	if epoch <= 0 {
 		return nil, vigiltype.Invalid("lease_epoch", "must be the positive epoch of the stalled lease")
 	}
-	reason = strings.TrimSpace(vigiltype.CleanText(reason))
+	if err := vigiltype.CheckText("reason", reason); err != nil {
+		return nil, err
+	}
+	reason = strings.TrimSpace(reason)
 	if reason == "" {
 		return nil, vigiltype.Invalid("reason", "is required: say why the task is taken back")
 	}
@@ -460,7 +463,7 @@ func (s *Service) Fail(ctx context.Context, l Lease, msg string, retryAfter time
 	if msg == "" {
 		return nil, vigiltype.Invalid("error", "is required: say why the task failed")
 	}
-	msg = vigiltype.CleanText(msg)
+	msg = vigiltype.CleanText(msg) // a program's output: cleaned, not refused
 	if len(msg) > ErrorMaxBytes {
 		msg = strings.ToValidUTF8(msg[:ErrorMaxBytes], "")
 	}

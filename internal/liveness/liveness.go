@@ -33,8 +33,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -105,10 +103,7 @@ func CheckHostname(field, h string) error {
 	if len(h) > HostnameMaxLen {
 		return vigiltype.Invalid(field, "must be at most 255 characters")
 	}
-	if !utf8.ValidString(h) || strings.IndexFunc(h, unicode.IsControl) >= 0 {
-		return vigiltype.Invalid(field, "must be UTF-8 text without control characters")
-	}
-	return nil
+	return vigiltype.CheckText(field, h)
 }
 
 // CheckInterval validates a duration in seconds: finite and within

@@ -11,8 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/robfig/cron/v3"
 
@@ -169,6 +167,9 @@ func CheckCron(spec string) error {
 	if spec == "" {
 		return nil
 	}
+	if err := vigiltype.CheckText("tick_cron", spec); err != nil {
+		return err // before the parser, which takes a newline for a space
+	}
 	if _, err := cronParser.Parse(spec); err != nil {
 		return vigiltype.Invalid("tick_cron", fmt.Sprintf("%q is not a cron spec (5 fields, or @hourly, @every 10m): %v", spec, err))
 	}
@@ -184,10 +185,7 @@ func checkFunction(f string) error {
 	if len(f) > FunctionMaxLen {
 		return vigiltype.Invalid("function", fmt.Sprintf("must be at most %d bytes", FunctionMaxLen))
 	}
-	if !utf8.ValidString(f) || strings.IndexFunc(f, unicode.IsControl) >= 0 {
-		return vigiltype.Invalid("function", "must be UTF-8 text without control characters")
-	}
-	return nil
+	return vigiltype.CheckText("function", f)
 }
 
 func checkConfig(raw json.RawMessage) error {

@@ -63,6 +63,11 @@ func WithTokenFile(path string) Option {
 	return func(c *daemon.Config) { c.TokenFile = path }
 }
 
+// WithAllowedHosts serves these Host values too (--allowed-host).
+func WithAllowedHosts(hosts ...string) Option {
+	return func(c *daemon.Config) { c.AllowedHosts = hosts }
+}
+
 // Start runs a server for the rest of the test. Logs go to t.Log only when
 // the test runs with -v, to keep failures readable.
 func Start(t testing.TB, opts ...Option) *Server {

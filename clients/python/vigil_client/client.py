@@ -340,7 +340,10 @@ class Client:
             except (TypeError, ValueError) as e:
                 raise ValueError(f"{op}: encode request: {e}") from e
         headers = {"Accept": "application/json", "User-Agent": f"vigil-client-python/{__version__}"}
-        if data is not None:
+        if data is not None or method != "GET":
+            # Every write says it is JSON, a bodyless one too: the server
+            # refuses other writes (415), as a browser's cross-site form
+            # could send them.
             headers["Content-Type"] = "application/json"
         if self._token:
             headers["Authorization"] = "Bearer " + self._token
