@@ -143,22 +143,45 @@ func TestSupervisorReapsAdoptedOrphans(t *testing.T) {
 	b.stop(t)
 }
 
-// The reaper never reaps a child of this process that does not descend from
-// an agent: its status belongs to whoever started it.
+// The reaper never reaps a child of this process that os/exec waits for,
+// even a zombie in a session or a group of its own (as the heartbeat loop,
+// or another supervisor's agent in the same process): its status belongs
+// to whoever started it.
 func TestReaperLeavesOtherChildren(t *testing.T) {
 	b := setup(t, Config{Agents: []Agent{{Name: "a", Command: []string{"sleep", "1000"}}}})
 	b.run(t)
 	recv(t, b.sup.testSignals.started.ch, "start")
 
-	p, err := os.StartProcess("/bin/sh", []string{"sh", "-c", "exit 7"},
-		&os.ProcAttr{Sys: &syscall.SysProcAttr{Setsid: true}})
-	require.NoError(t, err)
-	b.sup.reaper.pass()
-	state, err := p.Wait()
-	require.NoError(t, err, "the reaper did not steal the status")
-	require.Equal(t, 7, state.ExitCode())
+	for name, attr := range map[string]*syscall.SysProcAttr{
+		"session": {Setsid: true},
+		"group":   {Setpgid: true},
+	} {
+		p, err := os.StartProcess("/bin/sh", []string{"sh", "-c", "exit 7"}, &os.ProcAttr{Sys: attr})
+		require.NoError(t, err, name)
+		waitZombie(t, p.Pid)
+		b.sup.reaper.pass()
+		state, err := p.Wait()
+		require.NoError(t, err, "%s: the reaper did not steal the status", name)
+		require.Equal(t, 7, state.ExitCode(), name)
+	}
 	b.sup.reaper.pass()
 	b.stop(t)
+}
+
+// waitZombie polls until pid, a child of this process, has exited and
+// waits to be reaped.
+func waitZombie(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for {
+		st, ok := readLaunchProcStat(pid)
+		require.True(t, ok, "process %d was reaped", pid)
+		if st.state == 'Z' {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "process %d still runs after %s", pid, testTimeout)
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // An escaped grandchild that ignores SIGTERM gets SIGKILL after StopGrace,

@@ -79,13 +79,21 @@
 //   - Run makes the process a child subreaper (PR_SET_CHILD_SUBREAPER), so
 //     orphaned descendants are reparented to it rather than to PID 1.
 //   - One goroutine (reapLoop, woken by SIGCHLD and every second) reaps those
-//     adopted orphans, so no zombies pile up. It never calls wait4(-1): the
-//     process has other children (os/exec's in the daemon and the CLI, whose
+//     adopted orphans, whatever session or process group they are in, so no
+//     zombies pile up (issue #12: an agent whose children setsid() and exit
+//     ten times a second leaves at most a few zombies at any moment). It
+//     never calls wait4(-1): the process has other children (os/exec's in
+//     the daemon and the CLI, other supervisors' agents in `vigil up`, whose
 //     statuses it would steal), and each agent's leader stays owned by
-//     os/exec's cmd.Wait. It reaps a zombie child only when it is known to
-//     descend from an agent: seen alive with the marker, in an agent's process
-//     group, or in a session led by a marked process. Leaders are registered
-//     with it under its lock while they start, so it never mistakes one.
+//     os/exec's cmd.Wait. A zombie child that is not a running agent's
+//     leader is reaped when it is known to descend from an agent (seen
+//     alive with the marker, in an agent's process group, or in a session
+//     led by a marked process), or when the process holds no pidfd for it:
+//     os.Process keeps one for each child it starts, from the clone that
+//     creates it until Wait has reaped it, so a child without one is waited
+//     for by nobody (read from /proc/self/fd and fdinfo, only when such a
+//     zombie is there). Leaders are registered with it under its lock while
+//     they start, so it never mistakes one.
 //     A SIGCHLD while every child of the process is a running agent's leader
 //     (read from /proc/self/task/*/children) is a leader's exit and needs no
 //     scan; the tick catches any child that read missed.
@@ -111,9 +119,13 @@
 //
 // Limits: a descendant that both clears its environment and leaves the group
 // is not found (a cgroup per agent would close this; not done, as a writable
-// cgroup is rarely available to an unprivileged supervisor), nor is a
-// short-lived setsid()'ed orphan that dies unseen between two scans reaped
-// (it stays a zombie while the supervisor runs). A pid is checked for the
+// cgroup is rarely available to an unprivileged supervisor). Where os uses
+// no pidfds (Linux before 5.4, or a seccomp filter that forbids them), only
+// the known descendants are reaped, and a short-lived setsid()'ed orphan
+// that dies unseen between two scans stays a zombie while the supervisor
+// runs. A child of this process that is waited for by pid rather than
+// through its os.Process (released, or started with syscall.ForkExec) is
+// taken for an orphan and may be reaped first. A pid is checked for the
 // marker before it is signalled; its reuse in between is not excluded.
 // Elsewhere (macOS, BSDs) containment is by process group only; Windows has
 // no supervisor (New fails).

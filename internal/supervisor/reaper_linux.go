@@ -14,18 +14,25 @@ import (
 	"time"
 )
 
-// reaper reaps the agents' descendants that were orphaned and reparented to
-// this (subreaper) process. It is the only code here that calls wait4 for
-// anything but an agent's leader, whose status belongs to os/exec.
+// reaper reaps the orphans reparented to this (subreaper) process: the
+// agents' descendants whose parent died. It is the only code here that calls
+// wait4 for anything but an agent's leader, whose status belongs to os/exec.
 //
 // It never calls wait4(-1): this process may have other children (the
-// daemon's and the CLI's own os/exec children, tests), and reaping one of
-// them would steal its exit status from its cmd.Wait. A zombie child is
-// reaped only when known to descend from an agent:
-//   - it was seen alive with this supervisor's generation marker
-//     (EnvGeneration) in its environment, or
-//   - it is in the process group of an agent generation, or
-//   - it is in a session created by a process that carried the marker.
+// daemon's and the CLI's own os/exec children, other supervisors' agents,
+// tests), and reaping one of them would steal its exit status from its
+// cmd.Wait. A zombie child is reaped
+//   - when known to descend from an agent: seen alive with this
+//     supervisor's generation marker (EnvGeneration) in its environment, in
+//     the process group of an agent generation, or in a session created by
+//     a process that carried the marker; or
+//   - whatever its session or group, when no os/exec caller waits for it:
+//     os.Process holds a pidfd for each child it starts until Wait has
+//     reaped it (osHoldsPidfds), and this process holds none for it
+//     (pidfdPIDs). This catches the orphan that setsid()s and dies before
+//     any pass saw it alive (issue #12: `setsid -f true` ten times a second
+//     left 10 zombies a second). Where os uses no pidfds (Linux before 5.4,
+//     a seccomp filter), only the known descendants are reaped.
 //
 // Leaders are registered under mu while os/exec starts them, so a pass never
 // sees an unregistered leader.
@@ -100,7 +107,8 @@ func (r *reaper) leaderWaited(pid int) {
 }
 
 // pass records the live marked descendants and reaps every zombie child
-// known to descend from an agent. It returns how many it reaped.
+// that is not a leader and is known to descend from an agent or that no
+// os/exec caller waits for. It returns how many it reaped.
 func (r *reaper) pass() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -157,6 +165,7 @@ func (r *reaper) passLocked(procs []procInfo) int {
 		}
 	}
 	reaped := 0
+	var strays []int // zombie children of ours not known to descend from an agent
 	for _, p := range procs {
 		groups[p.pgid] = struct{}{}
 		sessions[p.sid] = struct{}{}
@@ -179,13 +188,20 @@ func (r *reaper) passLocked(procs []procInfo) int {
 		_, group := r.groups[p.pgid]
 		_, session := r.sessions[p.sid]
 		if !seen && !group && !session {
+			strays = append(strays, p.pid)
 			continue
 		}
-		if ws, ok := reapPID(p.pid); ok {
-			delete(r.seen, p.pid)
-			reaped++
-			if r.onReaped != nil {
-				r.onReaped(p.pid, ws)
+		reaped += r.reap(p.pid)
+	}
+	if len(strays) > 0 && osHoldsPidfds() {
+		// Each stray was a zombie when the scan read it, so a pidfd that os
+		// made for it (in the clone that created it) is open now, and stays
+		// open until its cmd.Wait has reaped it: read them only now.
+		if held, err := pidfdPIDs(); err == nil {
+			for _, pid := range strays {
+				if _, waited := held[pid]; !waited {
+					reaped += r.reap(pid)
+				}
 			}
 		}
 	}
@@ -207,6 +223,20 @@ func (r *reaper) passLocked(procs []procInfo) int {
 		}
 	}
 	return reaped
+}
+
+// reap reaps pid, a zombie child, and reports it; it returns how many it
+// reaped (0 or 1).
+func (r *reaper) reap(pid int) int {
+	ws, ok := reapPID(pid)
+	if !ok {
+		return 0
+	}
+	delete(r.seen, pid)
+	if r.onReaped != nil {
+		r.onReaped(pid, ws)
+	}
+	return 1
 }
 
 // mayHaveAdopted reports whether this process may have a child that is not
