@@ -601,6 +601,8 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status, code = http.StatusConflict, "not_claimable"
 	case errors.Is(err, vigiltype.ErrConflict):
 		status, code = http.StatusConflict, "conflict"
+	case errors.Is(err, vigiltype.ErrOutcomeConflict):
+		status, code = http.StatusConflict, "outcome_conflict"
 	case errors.Is(err, vigiltype.ErrInvalidToken):
 		status, code = http.StatusForbidden, "invalid_token"
 	case errors.Is(err, vigiltype.ErrUnauthorized):
@@ -621,11 +623,16 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // publicMessage is the error text without the store's inner wrapping: the
-// sentinels' and FieldErrors' text is written for users.
+// sentinels', FieldErrors' and OutcomeConflictErrors' text is written for
+// users, and the latter two start with the field they name.
 func publicMessage(err error) string {
 	var fe *vigiltype.FieldError
 	if errors.As(err, &fe) {
 		return fe.Error()
+	}
+	var oe *vigiltype.OutcomeConflictError
+	if errors.As(err, &oe) {
+		return oe.Error()
 	}
 	return err.Error()
 }
