@@ -143,6 +143,18 @@ func (a *api) authorized(r *http.Request) bool {
 // healthzTimeout bounds the store read /healthz makes.
 const healthzTimeout = 2 * time.Second
 
+// RetryAfterUnavailable is the Retry-After, in seconds, of a 503
+// unavailable: how long a client should wait before it asks again while
+// the store cannot be reached.
+const RetryAfterUnavailable = 2
+
+// writeUnavailable answers 503 unavailable with Retry-After; the message is
+// fixed, so no driver text reaches the body.
+func writeUnavailable(w http.ResponseWriter, msg string) {
+	w.Header().Set("Retry-After", strconv.Itoa(RetryAfterUnavailable))
+	writeError(w, http.StatusServiceUnavailable, "unavailable", msg)
+}
+
 // healthz answers 200 {"status":"ok"} when the store answers a read, else
 // 503 with code "unavailable".
 func (a *api) healthz(w http.ResponseWriter, r *http.Request) {
@@ -150,7 +162,7 @@ func (a *api) healthz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if _, err := a.Store.SweeperList(ctx); err != nil {
 		a.Logger.Warn("health check: store read failed", "err", err)
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "the store does not answer")
+		writeUnavailable(w, "the store does not answer")
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -583,8 +595,15 @@ func (a *api) respond(w http.ResponseWriter, r *http.Request, v any, err error) 
 }
 
 // fail maps an error to its status and code. Only sentinel errors show their
-// text; anything else is logged and answered "internal error".
+// text; anything else is logged and answered "internal error". A store that
+// cannot be reached is 503 unavailable with Retry-After, whatever the
+// route, its text in the log only.
 func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, vigiltype.ErrUnavailable) {
+		a.Logger.Warn("store unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeUnavailable(w, "the store is unavailable; retry later")
+		return
+	}
 	status, code := http.StatusInternalServerError, "internal"
 	switch {
 	case errors.Is(err, vigiltype.ErrInvalid):
