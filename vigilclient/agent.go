@@ -243,6 +243,8 @@ type runner struct {
 
 	mu       sync.Mutex
 	inst     Instance
+	held     map[string]int      // leases being worked or reported, by instance id
+	exitLate map[string]Instance // fenced instances to mark exited once they hold none
 	fenced   bool
 	fenceErr error
 	fenceCh  chan struct{} // closed when the current instance is fenced
@@ -301,6 +303,8 @@ func (a *Agent) newRunner() (*runner, error) {
 		slots:    max(a.Concurrency, 1),
 		fenceCh:  make(chan struct{}),
 		resumeCh: make(chan struct{}),
+		held:     map[string]int{},
+		exitLate: map[string]Instance{},
 		fenced:   true, // until the first registration
 	}, nil
 }
@@ -525,14 +529,64 @@ func (r *runner) reregister(ctx context.Context, old Instance) beatResult {
 	if err != nil {
 		return beatResult{old: old, reregister: true, sent: sent, err: err}
 	}
-	// The exit has a budget of its own: a slow registration must not leave
-	// the old instance showing alive until its TTL.
+	if n := r.exitWhenDone(old); n > 0 {
+		// Marking it exited now would let the server reclaim its tasks at
+		// once, while their results are still on their way: a fenced agent
+		// still delivers results for leases the server has not moved on.
+		r.log.Info("fenced instance still holds leases; it is marked exited once their outcomes are sent",
+			"instance_id", old, "leases", n)
+		return beatResult{inst: reg.Instance(), old: old, reregister: true, sent: sent}
+	}
+	r.markExited(ctx, old)
+	return beatResult{inst: reg.Instance(), old: old, reregister: true, sent: sent}
+}
+
+// markExited marks a fenced instance exited (best effort), so it shows
+// stopped at once and any task it still holds is reclaimed without waiting
+// out its lease. The exit has a budget of its own: a slow registration must
+// not leave the old instance showing alive until its TTL.
+func (r *runner) markExited(ctx context.Context, old Instance) {
 	exitCtx, cancelExit := context.WithTimeout(context.WithoutCancel(ctx), callTimeout(r.set.LivenessInterval))
 	defer cancelExit()
 	if _, err := r.client.ProcessExit(exitCtx, old); err != nil {
 		r.log.Debug("could not mark the fenced instance exited", "instance_id", old, "err", err)
 	}
-	return beatResult{inst: reg.Instance(), old: old, reregister: true, sent: sent}
+}
+
+// exitWhenDone returns how many leases inst still holds; when it holds
+// any, inst is marked exited when the last one's outcome has been sent
+// (release).
+func (r *runner) exitWhenDone(inst Instance) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.held[inst.ID]
+	if n > 0 {
+		r.exitLate[inst.ID] = inst
+	}
+	return n
+}
+
+// hold counts a lease of inst from its claim until its outcome was sent;
+// the returned func ends it, and marks inst exited if it was fenced and
+// replaced meanwhile and this was its last lease.
+func (r *runner) hold(inst Instance) (done func()) {
+	r.mu.Lock()
+	r.held[inst.ID]++
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		r.held[inst.ID]--
+		n := r.held[inst.ID]
+		old, late := r.exitLate[inst.ID]
+		if n == 0 {
+			delete(r.held, inst.ID)
+			delete(r.exitLate, inst.ID)
+		}
+		r.mu.Unlock()
+		if n == 0 && late {
+			r.markExited(context.Background(), old)
+		}
+	}
 }
 
 // pollLoop claims and runs one task at a time until stop ends; it returns
@@ -617,6 +671,7 @@ func callHandler(ctx context.Context, h Handler, t *Task) (o outcome) {
 // ErrDraining and the task is released.
 func (r *runner) runTask(stop context.Context, inst Instance, fenceCh <-chan struct{}, task *vigiltype.Task, claimSent time.Time, complete completeFunc) {
 	claimReceived := time.Now() // no earlier than the claim's answer arrived
+	defer r.hold(inst)()
 	lease := inst.Lease(task)
 	log := r.taskLog(inst, task)
 	window, known := leaseWindow(task)

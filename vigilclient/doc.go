@@ -88,8 +88,10 @@
 // While fenced it keeps trying, once every liveness interval, and the way
 // back is a new instance: it registers a fresh instance_id (the old row may
 // already show stopped and its task may be in other hands, so reviving it
-// would misreport history), marks the old instance exited (best effort), and
-// resumes claiming. Agent.InstanceID reports the new id; the switch is
+// would misreport history), marks the old instance exited (best effort) —
+// once the outcomes of the leases it still holds were sent, so that a
+// fenced agent still delivers results for leases the server has not moved
+// on — and resumes claiming. Agent.InstanceID reports the new id; the switch is
 // logged as "re-registered after fence; resuming".
 //
 // # Settings

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/vigil-fleet/vigil/internal/testserver"
 	"github.com/vigil-fleet/vigil/vigilclient"
 	"github.com/vigil-fleet/vigil/vigiltype"
 )
@@ -137,4 +138,79 @@ func TestAgentRetriedCompleteWhoseAnswerWasLost(t *testing.T) {
 			requireNoLeaseLost(t, b)
 		})
 	}
+}
+
+// fenceFault drops the answers of the first instance's liveness heartbeats
+// (the server records them; the agent does not learn it, so it fences
+// itself and re-registers) and, while holdCompletes is set, refuses every
+// complete with a connection error.
+type fenceFault struct {
+	next          http.RoundTripper
+	firstInstance atomic.Value // string
+	holdCompletes atomic.Bool
+}
+
+func (f *fenceFault) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(r.URL.Path, "/complete") && f.holdCompletes.Load() {
+		if r.Body != nil {
+			_ = r.Body.Close()
+		}
+		return nil, errCut
+	}
+	resp, err := f.next.RoundTrip(r)
+	if first, _ := f.firstInstance.Load().(string); err == nil && first != "" &&
+		r.URL.Path == "/v1/processes/"+first+"/heartbeat" {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return nil, errCut
+	}
+	return resp, err
+}
+
+// A fenced agent still delivers the result of a lease the server has not
+// moved on: re-registering does not mark the old instance exited (which
+// would let the reclaimer take the task at once) until that result is sent.
+func TestFencedAgentDeliversResultBeforeMarkingItsInstanceExited(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testserver.WithSweepInterval(time.Hour)) // the test runs reclaim passes itself
+	fault := &fenceFault{next: &http.Transport{}}
+	t.Cleanup(fault.next.(*http.Transport).CloseIdleConnections)
+	fault.holdCompletes.Store(true)
+	client, err := vigilclient.New([]string{b.srv.URL}, vigilclient.WithHTTPClient(&http.Client{Transport: fault, Timeout: 10 * time.Second}))
+	require.NoError(t, err)
+
+	task := b.enqueue(t, vigilclient.EnqueueParams{TaskType: "work", LeaseTimeout: time.Minute})
+	started := make(chan struct{})
+	a := b.agent("fenced", map[string]vigilclient.Handler{
+		"work": func(ctx context.Context, task *vigilclient.Task) (any, error) {
+			close(started)
+			<-ctx.Done() // fenced; the result is still worth sending
+			return map[string]string{"by": task.InstanceID}, nil
+		},
+	}, vigilclient.Settings{LivenessInterval: 200 * time.Millisecond, HeartbeatInterval: 200 * time.Millisecond, PollInterval: 20 * time.Millisecond})
+	a.Client = client
+	start(t, a)
+	first := a.InstanceID()
+	recv(t, "the handler to start", started)
+	fault.firstInstance.Store(first)
+
+	// The agent resumes under a new instance only after re-registering
+	// has dealt with the old one. The server still sees the old one alive
+	// (its heartbeats landed) and not exited, so a reclaim pass leaves its
+	// task alone.
+	waitFor(t, "the agent to re-register", func() bool { return a.InstanceID() != first })
+	require.Nil(t, b.process(t, first).ExitedAt, "the fenced instance was marked exited while its result was on its way")
+	require.True(t, b.logs.has("fenced instance still holds leases; it is marked exited once their outcomes are sent"))
+	n, err := b.srv.Lease.Reclaim(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, n)
+
+	fault.holdCompletes.Store(false)
+	waitFor(t, "the task to be completed", func() bool {
+		return b.task(t, task.TaskID).Status == vigiltype.TaskCompleted
+	})
+	done := b.task(t, task.TaskID)
+	require.Equal(t, first, *done.CompletedBy)
+	require.Zero(t, done.Reclaims)
+	waitFor(t, "the old instance to be marked exited", func() bool { return b.process(t, first).ExitedAt != nil })
 }

@@ -341,6 +341,7 @@ class _Runner:
         self.gen = 0  # bumped at every (re-)registration
         self.task: Optional[Task] = None
         self.keeper_q: Optional["queue.Queue[Any]"] = None
+        self.exit_late: Optional[Instance] = None  # fenced instance to mark exited once its task's outcome is sent
         self.live_q: "queue.Queue[Any]" = queue.Queue()
         self.inflight: List[threading.Thread] = []
         self.spawn_lock = threading.Lock()
@@ -586,18 +587,34 @@ class _Runner:
 
     def reregister(self, old: Instance) -> Tuple[Any, ...]:
         """Registers a fresh instance to replace the fenced old one, then marks
-        old exited (best effort) so any task it still holds is reclaimed."""
+        old exited (best effort) so any task it still holds is reclaimed --
+        unless its task is still being worked or reported: a fenced agent
+        still delivers results for leases the server has not moved on, so
+        old is then marked exited once that outcome was sent."""
         timeout = decide.call_timeout(self.set.liveness_interval)
         sent = time.monotonic()
         try:
             new = self.register_once(timeout)
         except Exception as e:  # noqa: BLE001
             return ("rereg", None, old, sent, e)
+        with self.cv:
+            held = self.task is not None and self.task.lease.instance.id == old.id
+            if held:
+                self.exit_late = old
+        if held:
+            self.log.info(
+                _fmt("fenced instance still holds leases; it is marked exited once their outcomes are sent", kind=self.kind, instance_id=old, leases=1)
+            )
+        else:
+            self.mark_exited(old)
+        return ("rereg", new, old, sent, None)
+
+    def mark_exited(self, old: Instance) -> None:
+        """Marks a fenced instance exited (best effort)."""
         try:
-            self.client.process_exit(old, timeout=timeout)
+            self.client.process_exit(old, timeout=decide.call_timeout(self.set.liveness_interval))
         except Exception as e:  # noqa: BLE001
             self.log.debug(_fmt("could not mark the fenced instance exited", kind=self.kind, instance_id=old, err=e))
-        return ("rereg", new, old, sent, None)
 
     # --- poll -----------------------------------------------------------------
 
@@ -744,6 +761,9 @@ class _Runner:
         finally:
             with self.cv:
                 self.task, self.keeper_q = None, None
+                late, self.exit_late = self.exit_late, None
+            if late is not None:
+                self.mark_exited(late)
 
     # --- lease ------------------------------------------------------------------
 
