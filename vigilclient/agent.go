@@ -243,6 +243,8 @@ type runner struct {
 
 	mu       sync.Mutex
 	inst     Instance
+	held     map[string]int      // leases being worked or reported, by instance id
+	exitLate map[string]Instance // fenced instances to mark exited once they hold none
 	fenced   bool
 	fenceErr error
 	fenceCh  chan struct{} // closed when the current instance is fenced
@@ -301,6 +303,8 @@ func (a *Agent) newRunner() (*runner, error) {
 		slots:    max(a.Concurrency, 1),
 		fenceCh:  make(chan struct{}),
 		resumeCh: make(chan struct{}),
+		held:     map[string]int{},
+		exitLate: map[string]Instance{},
 		fenced:   true, // until the first registration
 	}, nil
 }
@@ -525,14 +529,64 @@ func (r *runner) reregister(ctx context.Context, old Instance) beatResult {
 	if err != nil {
 		return beatResult{old: old, reregister: true, sent: sent, err: err}
 	}
-	// The exit has a budget of its own: a slow registration must not leave
-	// the old instance showing alive until its TTL.
+	if n := r.exitWhenDone(old); n > 0 {
+		// Marking it exited now would let the server reclaim its tasks at
+		// once, while their results are still on their way: a fenced agent
+		// still delivers results for leases the server has not moved on.
+		r.log.Info("fenced instance still holds leases; it is marked exited once their outcomes are sent",
+			"instance_id", old, "leases", n)
+		return beatResult{inst: reg.Instance(), old: old, reregister: true, sent: sent}
+	}
+	r.markExited(ctx, old)
+	return beatResult{inst: reg.Instance(), old: old, reregister: true, sent: sent}
+}
+
+// markExited marks a fenced instance exited (best effort), so it shows
+// stopped at once and any task it still holds is reclaimed without waiting
+// out its lease. The exit has a budget of its own: a slow registration must
+// not leave the old instance showing alive until its TTL.
+func (r *runner) markExited(ctx context.Context, old Instance) {
 	exitCtx, cancelExit := context.WithTimeout(context.WithoutCancel(ctx), callTimeout(r.set.LivenessInterval))
 	defer cancelExit()
 	if _, err := r.client.ProcessExit(exitCtx, old); err != nil {
 		r.log.Debug("could not mark the fenced instance exited", "instance_id", old, "err", err)
 	}
-	return beatResult{inst: reg.Instance(), old: old, reregister: true, sent: sent}
+}
+
+// exitWhenDone returns how many leases inst still holds; when it holds
+// any, inst is marked exited when the last one's outcome has been sent
+// (release).
+func (r *runner) exitWhenDone(inst Instance) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.held[inst.ID]
+	if n > 0 {
+		r.exitLate[inst.ID] = inst
+	}
+	return n
+}
+
+// hold counts a lease of inst from its claim until its outcome was sent;
+// the returned func ends it, and marks inst exited if it was fenced and
+// replaced meanwhile and this was its last lease.
+func (r *runner) hold(inst Instance) (done func()) {
+	r.mu.Lock()
+	r.held[inst.ID]++
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		r.held[inst.ID]--
+		n := r.held[inst.ID]
+		old, late := r.exitLate[inst.ID]
+		if n == 0 {
+			delete(r.held, inst.ID)
+			delete(r.exitLate, inst.ID)
+		}
+		r.mu.Unlock()
+		if n == 0 && late {
+			r.markExited(context.Background(), old)
+		}
+	}
 }
 
 // pollLoop claims and runs one task at a time until stop ends; it returns
@@ -581,11 +635,7 @@ func (r *runner) pollLoop(stop context.Context) {
 		case task == nil:
 			timer.Reset(r.set.PollInterval)
 		case stop.Err() != nil:
-			lease := inst.Lease(task)
-			r.sendOutcome(r.taskLog(inst, task), "release", func(ctx context.Context) error {
-				_, err := r.client.Release(ctx, lease)
-				return err
-			})
+			r.release(stop, r.taskLog(inst, task), inst.Lease(task))
 			return
 		default:
 			r.runTask(stop, inst, fenceCh, task, sent, r.completeOne)
@@ -620,6 +670,8 @@ func callHandler(ctx context.Context, h Handler, t *Task) (o outcome) {
 // the handler gets DrainGrace to finish; after that it is cancelled with
 // ErrDraining and the task is released.
 func (r *runner) runTask(stop context.Context, inst Instance, fenceCh <-chan struct{}, task *vigiltype.Task, claimSent time.Time, complete completeFunc) {
+	claimReceived := time.Now() // no earlier than the claim's answer arrived
+	defer r.hold(inst)()
 	lease := inst.Lease(task)
 	log := r.taskLog(inst, task)
 	window, known := leaseWindow(task)
@@ -639,8 +691,9 @@ func (r *runner) runTask(stop context.Context, inst Instance, fenceCh <-chan str
 
 	keepCtx, stopKeeper := context.WithCancel(context.WithoutCancel(stop))
 	var keeper sync.WaitGroup
+	var keepUntil time.Time // read after keeper.Wait
 	keeper.Go(func() {
-		r.keepLease(keepCtx, lease, window, known, claimSent, fenceCh, cancelHandler, activity, log)
+		keepUntil = r.keepLease(keepCtx, lease, window, known, claimSent, claimReceived, fenceCh, cancelHandler, activity, log)
 	})
 	defer func() { stopKeeper(); keeper.Wait() }()
 
@@ -651,7 +704,7 @@ func (r *runner) runTask(stop context.Context, inst Instance, fenceCh <-chan str
 		case o := <-done:
 			stopKeeper()
 			keeper.Wait() // no lease heartbeat races the outcome
-			r.report(log, lease, o, complete)
+			r.report(stop, log, lease, o, complete, keepUntil)
 			return
 
 		case <-stopCh:
@@ -673,10 +726,7 @@ func (r *runner) runTask(stop context.Context, inst Instance, fenceCh <-chan str
 			abandon.Stop()
 			stopKeeper()
 			keeper.Wait()
-			r.sendOutcome(log, "release", func(ctx context.Context) error {
-				_, err := r.client.Release(ctx, lease)
-				return err
-			})
+			r.release(stop, log, lease)
 			return
 		}
 	}
@@ -701,9 +751,10 @@ func (r *runner) leaseHeartbeat(ctx context.Context, lease Lease, activity *acti
 
 // leaseBeat is the answer to one lease heartbeat.
 type leaseBeat struct {
-	task *vigiltype.Task
-	sent time.Time
-	err  error
+	task     *vigiltype.Task
+	sent     time.Time // local time the request was sent
+	received time.Time // local time its answer arrived
+	err      error
 }
 
 // keepLease renews lease every heartbeat interval until ctx ends (DESIGN
@@ -716,8 +767,16 @@ type leaseBeat struct {
 // but then keeps asking the server until the handler returns or the server
 // gives its verdict: the server arbitrates, and a holder that was frozen
 // learns from the 409 that its task was handed on.
-func (r *runner) keepLease(ctx context.Context, lease Lease, window time.Duration, known bool, claimSent time.Time,
-	fenceCh <-chan struct{}, cancelHandler context.CancelCauseFunc, activity *activityMark, log *slog.Logger) {
+//
+// It returns the instant the lease is surely over on the server
+// (leaseSurelyOver of the last accepted renewal, or of the claim): until
+// then a finished result is worth sending.
+func (r *runner) keepLease(ctx context.Context, lease Lease, window time.Duration, known bool, claimSent, claimReceived time.Time,
+	fenceCh <-chan struct{}, cancelHandler context.CancelCauseFunc, activity *activityMark, log *slog.Logger) (keepUntil time.Time) {
+	keepUntil = leaseSurelyOver(claimReceived, leaseWindowUnknown)
+	if known {
+		keepUntil = leaseSurelyOver(claimReceived, window)
+	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
@@ -771,7 +830,7 @@ func (r *runner) keepLease(ctx context.Context, lease Lease, window time.Duratio
 				sent := time.Now()
 				t, err := r.leaseHeartbeat(cctx, lease, activity, log)
 				select {
-				case results <- leaseBeat{task: t, sent: sent, err: err}:
+				case results <- leaseBeat{task: t, sent: sent, received: time.Now(), err: err}:
 				case <-ctx.Done():
 				}
 			})
@@ -784,6 +843,9 @@ func (r *runner) keepLease(ctx context.Context, lease Lease, window time.Duratio
 				}
 				if d := leaseDeadline(b.sent, window); known && d.After(deadline) {
 					setDeadline(d)
+				}
+				if u := leaseSurelyOver(b.received, window); known && u.After(keepUntil) {
+					keepUntil = u
 				}
 			case errors.Is(b.err, vigiltype.ErrStaleEpoch):
 				log.Warn("lease heartbeat refused: stale epoch (the task was reclaimed or finished)")
@@ -812,12 +874,14 @@ func (r *runner) keepLease(ctx context.Context, lease Lease, window time.Duratio
 }
 
 // report sends the handler's outcome: complete with the result, or fail
-// with the error text. A result that does not marshal is a failure.
-func (r *runner) report(log *slog.Logger, lease Lease, o outcome, complete completeFunc) {
+// with the error text. A result that does not marshal is a failure. The
+// outcome is kept until the server accepts or refuses it, or until
+// keepUntil, when the lease is surely over (sendOutcome).
+func (r *runner) report(stop context.Context, log *slog.Logger, lease Lease, o outcome, complete completeFunc, keepUntil time.Time) {
 	if o.err == nil {
 		raw, err := json.Marshal(o.result)
 		if err == nil {
-			r.sendOutcome(log, "complete", func(ctx context.Context) error {
+			r.sendOutcome(stop, log, "complete", keepUntil, func(ctx context.Context) error {
 				return complete(ctx, lease, json.RawMessage(raw))
 			})
 			return
@@ -828,7 +892,7 @@ func (r *runner) report(log *slog.Logger, lease Lease, o outcome, complete compl
 		log.Error("handler panicked", "err", o.err, "stack", string(o.stack))
 	}
 	msg := o.err.Error()
-	r.sendOutcome(log.With("error", msg), "fail", func(ctx context.Context) error {
+	r.sendOutcome(stop, log.With("error", msg), "fail", keepUntil, func(ctx context.Context) error {
 		_, err := r.client.Fail(ctx, lease, msg, 0)
 		return err
 	})
@@ -846,28 +910,73 @@ func (r *runner) completeOne(ctx context.Context, lease Lease, result json.RawMe
 
 var outcomeLogs = map[string]string{"complete": "completed", "fail": "failure recorded", "release": "released"}
 
-// sendOutcome sends one outcome call (verb: complete, fail or release). It
-// retries when the server cannot be reached or answers 5xx, up to
-// outcomeAttempts in all. 409 stale_epoch is final: the server, which
-// arbitrates, says the lease was lost, and the call changed nothing.
-func (r *runner) sendOutcome(log *slog.Logger, verb string, call func(context.Context) error) {
+// release gives a held task back (drain, or a task claimed after stop),
+// retrying for releaseRetryBudget: the lease lapses anyway.
+func (r *runner) release(stop context.Context, log *slog.Logger, lease Lease) {
+	r.sendOutcome(stop, log, "release", time.Now().Add(releaseRetryBudget), func(ctx context.Context) error {
+		_, err := r.client.Release(ctx, lease)
+		return err
+	})
+}
+
+// outcomeStopBudget is how long a stopping agent keeps retrying an outcome
+// the server cannot take, so that Run returns within a supervisor's stop
+// grace.
+const outcomeStopBudget = 5 * time.Second
+
+// sendOutcome sends one outcome call (verb: complete, fail or release) and
+// keeps it until the server answers (DESIGN T8): while the server cannot be
+// reached or answers 5xx (503 unavailable included) it is sent again,
+// waiting outcomeBackoff, until keepUntil — for a complete or fail, the
+// instant the lease is surely over — or, once stop has ended, for at most
+// outcomeStopBudget more. complete and fail are idempotent for the holder,
+// so a retry whose first try landed gets 200. 409 stale_epoch is final: the
+// server, which arbitrates, says the lease was lost, and the call changed
+// nothing; 409 outcome_conflict and other 4xx are final too.
+func (r *runner) sendOutcome(stop context.Context, log *slog.Logger, verb string, keepUntil time.Time, call func(context.Context) error) {
+	var stopBy time.Time
 	for n := 1; ; n++ {
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeoutMax)
 		err := call(ctx)
 		cancel()
 		switch {
 		case err == nil:
-			log.Info(outcomeLogs[verb])
+			if n > 1 {
+				log.Info(outcomeLogs[verb], "attempts", n)
+			} else {
+				log.Info(outcomeLogs[verb])
+			}
 			return
 		case errors.Is(err, vigiltype.ErrStaleEpoch):
 			log.Warn(verb + " refused: lease lost (stale epoch)")
 			return
-		case !isTransient(err) || n == outcomeAttempts:
+		case errors.Is(err, vigiltype.ErrOutcomeConflict):
+			log.Error(verb+" refused: the task already holds a different outcome from this lease", "err", err)
+			return
+		case !isTransient(err):
 			log.Error(verb+" failed", "err", err, "attempts", n)
 			return
 		}
+		now := time.Now()
+		if stopBy.IsZero() && stop.Err() != nil {
+			stopBy = now.Add(outcomeStopBudget)
+		}
+		if outcomeGiveUp(now, keepUntil, stopBy) {
+			reason := "the lease window has passed since the last accepted renewal: the server may hand the task on"
+			switch {
+			case verb == "release":
+				reason = "the lease lapses on its own"
+			case now.Before(keepUntil):
+				reason = "the agent is stopping"
+			}
+			log.Error(verb+" not delivered: gave up", "reason", reason, "attempts", n, "err", err)
+			return
+		}
 		wait := outcomeBackoff(n)
-		log.Warn(verb+" failed; retrying", "err", err, "retry_in", wait)
+		if until := keepUntil.Sub(now); until < wait {
+			wait = max(until, 0) // one last try when the lease is surely over
+		}
+		log.Warn(verb+" failed; retrying", "err", err, "retry_in", wait, "keep_until", keepUntil.Format(time.RFC3339Nano))
 		time.Sleep(wait)
 	}
 }

@@ -391,8 +391,9 @@ func TestAgentFencesWhenLivenessFailsThenReregisters(t *testing.T) {
 	net.down.Store(false)
 	waitFor(t, "a new instance", func() bool { return a.InstanceID() != old })
 	b.logs.wait(t, "re-registered after fence; resuming", "old_instance_id", old, "instance_id", a.InstanceID())
-	p := b.process(t, old)
-	require.NotNil(t, p.ExitedAt, "the fenced instance is marked exited")
+	// The fenced instance is marked exited once the outcome of the task it
+	// held was sent (here refused: the server took the task back).
+	waitFor(t, "the fenced instance to be marked exited", func() bool { return b.process(t, old).ExitedAt != nil })
 
 	// Work resumes under the new instance: it claims the reclaimed task
 	// again and completes it.

@@ -106,11 +106,7 @@ func (r *runner) pollLoopBatch(stop context.Context) {
 			timer.Reset(r.set.PollInterval)
 		case stop.Err() != nil:
 			for _, task := range batch {
-				lease := inst.Lease(task)
-				r.sendOutcome(r.taskLog(inst, task), "release", func(ctx context.Context) error {
-					_, err := r.client.Release(ctx, lease)
-					return err
-				})
+				r.release(stop, r.taskLog(inst, task), inst.Lease(task))
 			}
 			return
 		default:

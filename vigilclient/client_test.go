@@ -209,8 +209,13 @@ func TestClientTasks(t *testing.T) {
 	require.Equal(t, vigiltype.TaskCompleted, done.Status)
 	require.JSONEq(t, `{"ok":true}`, string(done.Result))
 	require.Equal(t, inst.ID, *done.CompletedBy)
-	_, err = c.Complete(ctx, inst.Lease(again), map[string]any{"ok": true})
-	require.ErrorIs(t, err, vigiltype.ErrStaleEpoch, "a finished task refuses a second completion")
+	// The same complete again (its answer lost) gets the stored task; another
+	// result is refused (DESIGN T8).
+	repeated, err := c.Complete(ctx, inst.Lease(again), map[string]any{"ok": true})
+	require.NoError(t, err, "the holder's repeated complete")
+	require.Equal(t, done, repeated)
+	_, err = c.Complete(ctx, inst.Lease(again), map[string]any{"ok": false})
+	require.ErrorIs(t, err, vigiltype.ErrOutcomeConflict, "a finished task refuses another result")
 
 	got, err := c.GetTask(ctx, task.TaskID)
 	require.NoError(t, err)

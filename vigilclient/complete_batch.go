@@ -26,7 +26,9 @@ type CompleteItem struct {
 
 // CompleteResult answers one CompleteItem: the completed task, or Err, the
 // error Complete would have returned for that task alone (ErrStaleEpoch:
-// the lease is no longer held; ErrNotFound).
+// the lease is no longer held; ErrOutcomeConflict: the lease already
+// completed it with another result; ErrNotFound). An item that repeats the
+// complete its lease ended with gets the stored task.
 type CompleteResult struct {
 	Task *vigiltype.Task
 	Err  error
@@ -88,7 +90,7 @@ func (c *Client) CompleteBatch(ctx context.Context, inst Instance, items []Compl
 // error code, so that an item's APIError reads as that call's would.
 func itemStatus(code string) int {
 	switch code {
-	case CodeStaleEpoch:
+	case CodeStaleEpoch, CodeOutcomeConflict:
 		return http.StatusConflict
 	case CodeNotFound:
 		return http.StatusNotFound

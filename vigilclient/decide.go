@@ -83,17 +83,51 @@ const callTimeoutFloor = 5 * time.Second
 // callTimeoutMax bounds every single request the agent runtime makes.
 const callTimeoutMax = 10 * time.Second
 
-// outcomeAttempts is how many times the runtime sends a handler's outcome
-// (complete, fail, release) when the server cannot be reached or answers
-// 5xx. A 4xx answer, 409 stale_epoch included, is final.
-const outcomeAttempts = 5
+// A finished result is kept until the server accepts or refuses it (DESIGN
+// T8): a complete or fail that cannot reach the server, or is answered 5xx
+// (503 unavailable included), is sent again — it is idempotent for the
+// holder, so a retry whose first try landed gets 200 — for as long as the
+// lease may still be valid. 2xx, 409 (stale_epoch, outcome_conflict) and any
+// other 4xx are final.
 
 // outcomeBackoff is the wait before retry n (1-based) of an outcome call:
-// 250ms doubling, at most 2s. Four retries take under 4s in all.
+// 250ms doubling, at most outcomeBackoffMax.
 func outcomeBackoff(n int) time.Duration {
-	d := 250 * time.Millisecond << (n - 1)
-	return min(d, 2*time.Second)
+	if n > 8 {
+		return outcomeBackoffMax
+	}
+	return min(250*time.Millisecond<<(n-1), outcomeBackoffMax)
 }
+
+// outcomeBackoffMax caps the wait between two tries of an outcome call.
+const outcomeBackoffMax = 4 * time.Second
+
+// leaseSurelyOver is the local instant after which the lease surely has
+// expired on the server: the window the server granted, counted from when
+// the answer to the last accepted renewal (or the claim) was received. The
+// server stamped that renewal before it answered, so its expiry is no
+// later than this. (leaseDeadline, counted from the send time, is the
+// early bound the handler is cancelled at; this is the late bound a
+// finished result is kept until.) Until then the server may still accept
+// the result: its reclaimer may not have run even after it.
+func leaseSurelyOver(renewalReceived time.Time, window time.Duration) time.Time {
+	return renewalReceived.Add(window)
+}
+
+// leaseWindowUnknown stands in for a lease window the server did not
+// report: the server's default --lease-timeout (DESIGN T3).
+const leaseWindowUnknown = 5 * time.Minute
+
+// outcomeGiveUp reports whether an outcome call that failed transiently at
+// now should not be sent again: the lease is surely over (keepUntil), or
+// the agent is stopping and its drain budget (stopBy) has passed.
+func outcomeGiveUp(now, keepUntil, stopBy time.Time) bool {
+	return !now.Before(keepUntil) || (!stopBy.IsZero() && !now.Before(stopBy))
+}
+
+// releaseRetryBudget bounds the retries of a release: a release gives a
+// task back early and is not needed for correctness (the lease lapses).
+const releaseRetryBudget = 4 * time.Second
 
 // registerBackoff is the wait before registration attempt n+1 after n
 // transient failures: 1s doubling, capped at the liveness interval (and at

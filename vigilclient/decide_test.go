@@ -103,13 +103,28 @@ func TestCallTimeout(t *testing.T) {
 func TestOutcomeBackoff(t *testing.T) {
 	t.Parallel()
 
-	var total time.Duration
-	want := []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second}
-	for n := 1; n < outcomeAttempts; n++ {
+	want := []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second}
+	for n := 1; n <= len(want); n++ {
 		require.Equal(t, want[n-1], outcomeBackoff(n))
-		total += outcomeBackoff(n)
 	}
-	require.Less(t, total, 4*time.Second)
+	require.Equal(t, outcomeBackoffMax, outcomeBackoff(1000), "no overflow")
+}
+
+// A finished result is kept while the lease may be valid (issue #12 case
+// 1: never dropped after ~4s), and not past it, nor past the drain budget
+// of a stopping agent.
+func TestOutcomeGiveUp(t *testing.T) {
+	t.Parallel()
+
+	received := time.Unix(1000, 0)
+	keepUntil := leaseSurelyOver(received, time.Minute)
+	require.Equal(t, received.Add(time.Minute), keepUntil)
+	require.False(t, outcomeGiveUp(received.Add(10*time.Second), keepUntil, time.Time{}), "past the old ~4s budget, lease valid")
+	require.False(t, outcomeGiveUp(keepUntil.Add(-time.Millisecond), keepUntil, time.Time{}))
+	require.True(t, outcomeGiveUp(keepUntil, keepUntil, time.Time{}))
+	stopBy := received.Add(20 * time.Second)
+	require.False(t, outcomeGiveUp(stopBy.Add(-time.Millisecond), keepUntil, stopBy))
+	require.True(t, outcomeGiveUp(stopBy, keepUntil, stopBy), "stopping: the drain budget ends the retries")
 }
 
 func TestRegisterBackoff(t *testing.T) {

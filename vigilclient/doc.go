@@ -54,9 +54,18 @@
 //     JSON; an error fails it with the error's text. The outcome is sent
 //     even after the lease was lost: the server arbitrates, and refuses a
 //     stale one with 409, logged as "complete refused: lease lost (stale
-//     epoch)" and not retried. Unreachable server or 5xx: retried a few
-//     times. The server sets and clears the instance's current task itself
-//     (DESIGN L6).
+//     epoch)" and not retried. A finished result is kept until the server
+//     accepts or refuses it (DESIGN T8): while the server cannot be reached
+//     or answers 5xx (503 unavailable: its store is down) the call is sent
+//     again, 250ms doubling to 4s apart, for as long as the lease may still
+//     be valid — until the lease window has surely passed since the answer
+//     to the last accepted renewal (then "complete not delivered: gave up"
+//     says why), or, once the agent is stopping, for 5 more seconds.
+//     Complete and fail are idempotent for the holder, so a retry whose
+//     first try landed (its answer was lost) is answered 200; another
+//     result for the same lease is refused with 409 outcome_conflict. The
+//     server sets and clears the instance's current task itself (DESIGN
+//     L6).
 //  6. Stop (ctx cancelled, e.g. by signal.NotifyContext or RunWithSignals):
 //     no more claims; the liveness and lease heartbeats go on while the
 //     running handler gets DrainGrace to finish. If it does not, its context
@@ -79,8 +88,10 @@
 // While fenced it keeps trying, once every liveness interval, and the way
 // back is a new instance: it registers a fresh instance_id (the old row may
 // already show stopped and its task may be in other hands, so reviving it
-// would misreport history), marks the old instance exited (best effort), and
-// resumes claiming. Agent.InstanceID reports the new id; the switch is
+// would misreport history), marks the old instance exited (best effort) —
+// once the outcomes of the leases it still holds were sent, so that a
+// fenced agent still delivers results for leases the server has not moved
+// on — and resumes claiming. Agent.InstanceID reports the new id; the switch is
 // logged as "re-registered after fence; resuming".
 //
 // # Settings

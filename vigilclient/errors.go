@@ -24,8 +24,10 @@ const (
 	CodeInstanceStopped  = "instance_stopped"   // 409: a claim by an instance past its alive window
 	CodeConflict         = "conflict"           // 409: a compare-and-swap lost a race
 	CodeNotClaimable     = "not_claimable"      // 409: a claim by id of a task not waiting to be claimed
+	CodeOutcomeConflict  = "outcome_conflict"   // 409: a repeated complete/fail with another result or error than the stored one
 	CodePayloadTooLarge  = "payload_too_large"  // 413: body over 1 MiB
 	CodeInternal         = "internal"           // 500: a server fault
+	CodeUnavailable      = "unavailable"        // 503: the store cannot be reached (or the request was cancelled); retry
 )
 
 // APIError is an error answer from the server: its HTTP status and the
@@ -36,7 +38,8 @@ const (
 // errors.Is matches an APIError against vigiltype's sentinels by code:
 // stale_epoch → ErrStaleEpoch, not_found → ErrNotFound, invalid and
 // malformed_json → ErrInvalid, invalid_token → ErrInvalidToken,
-// instance_exited → ErrInstanceExited, unauthorized → ErrUnauthorized.
+// instance_exited → ErrInstanceExited, unauthorized → ErrUnauthorized,
+// outcome_conflict → ErrOutcomeConflict, unavailable → ErrUnavailable.
 type APIError struct {
 	Status  int
 	Code    string
@@ -68,6 +71,8 @@ var sentinels = map[string]error{
 	CodeConflict:        vigiltype.ErrConflict,
 	CodeNotClaimable:    vigiltype.ErrNotClaimable,
 	CodeUnauthorized:    vigiltype.ErrUnauthorized,
+	CodeOutcomeConflict: vigiltype.ErrOutcomeConflict,
+	CodeUnavailable:     vigiltype.ErrUnavailable,
 }
 
 func decodeAPIError(status int, raw []byte) *APIError {
@@ -91,7 +96,8 @@ func decodeAPIError(status int, raw []byte) *APIError {
 }
 
 // isTransient reports whether a failed call may succeed if sent again: the
-// server was not reached, or it answered with a 5xx.
+// server was not reached, or it answered with a 5xx (503 unavailable: its
+// store cannot be reached).
 func isTransient(err error) bool {
 	var ae *APIError
 	if errors.As(err, &ae) {

@@ -22,6 +22,8 @@ func TestAPIErrorIs(t *testing.T) {
 		"instance_exited":  vigiltype.ErrInstanceExited,
 		"instance_stopped": vigiltype.ErrInstanceStopped,
 		"unauthorized":     vigiltype.ErrUnauthorized,
+		"outcome_conflict": vigiltype.ErrOutcomeConflict,
+		"unavailable":      vigiltype.ErrUnavailable,
 	} {
 		err := fmt.Errorf("complete task 7: %w", &APIError{Status: 409, Code: code, Message: "m"})
 		require.ErrorIs(t, err, sentinel, code)
@@ -57,6 +59,8 @@ func TestIsTransient(t *testing.T) {
 	require.True(t, isTransient(errors.New("connection refused")))
 	require.True(t, isTransient(fmt.Errorf("x: %w", &APIError{Status: 503})))
 	require.False(t, isTransient(fmt.Errorf("x: %w", &APIError{Status: 409, Code: "stale_epoch"})))
+	require.False(t, isTransient(fmt.Errorf("x: %w", &APIError{Status: 409, Code: "outcome_conflict"})))
+	require.True(t, isTransient(fmt.Errorf("x: %w", &APIError{Status: 503, Code: "unavailable"})), "a store outage is retried")
 	require.False(t, isTransient(&APIError{Status: 401, Code: "unauthorized"}))
 }
 

@@ -310,7 +310,33 @@ var (
 	ErrInvalid = errors.New("invalid input")
 	// ErrUnauthorized: the server token is missing or wrong. HTTP 401.
 	ErrUnauthorized = errors.New("unauthorized")
+	// ErrOutcomeConflict: a complete or fail repeated by the holder at the
+	// epoch its lease ended with differs from the outcome stored then (a
+	// different result, or a different error text); the wrapping
+	// *OutcomeConflictError names the field. Nothing was written. The same
+	// call repeated exactly answers with the stored task (DESIGN T8).
+	// HTTP 409 outcome_conflict.
+	ErrOutcomeConflict = errors.New("the task already holds a different outcome from this lease")
+	// ErrUnavailable: the store cannot be reached (connection refused or
+	// lost, the database shutting down or not accepting connections, a
+	// disk I/O error, a lock held past the busy timeout). The call may
+	// succeed if sent again later; whether a write landed is unknown, so
+	// only calls that are safe to repeat should be. HTTP 503 unavailable,
+	// with Retry-After.
+	ErrUnavailable = errors.New("the store is unavailable")
 )
+
+// OutcomeConflictError is a repeated complete or fail that disagrees with
+// the stored outcome in Field. It matches ErrOutcomeConflict with errors.Is.
+type OutcomeConflictError struct {
+	Field string
+	Rule  string
+}
+
+func (e *OutcomeConflictError) Error() string { return e.Field + ": " + e.Rule }
+
+// Is makes errors.Is(err, ErrOutcomeConflict) true for every OutcomeConflictError.
+func (e *OutcomeConflictError) Is(target error) bool { return target == ErrOutcomeConflict }
 
 // FieldError is a validation failure naming the field and the rule it broke.
 // It matches ErrInvalid with errors.Is.

@@ -14,7 +14,9 @@ import (
 // postgres:// or postgresql:// URL is a PostgreSQL database (pgstore, which
 // several servers may share), anything else is the path of an SQLite file
 // (sqlitestore). Errors never contain a PostgreSQL password; use
-// redactDSN, not dsn, when logging which store is open.
+// redactDSN, not dsn, when logging which store is open. The store returned
+// marks the errors its backend judges "cannot be reached" as
+// vigiltype.ErrUnavailable (store.WithUnavailable).
 func openStore(ctx context.Context, dsn string) (store.Store, error) {
 	if err := checkNotKeyValue(dsn); err != nil {
 		return nil, err
@@ -24,13 +26,13 @@ func openStore(ctx context.Context, dsn string) (store.Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		return st, nil
+		return store.WithUnavailable(st, pgstore.IsUnavailable), nil
 	}
 	st, err := sqlitestore.Open(ctx, dsn)
 	if err != nil {
 		return nil, err
 	}
-	return st, nil
+	return store.WithUnavailable(st, sqlitestore.IsUnavailable), nil
 }
 
 // IsPostgresURL reports whether dsn names a PostgreSQL database (scheme

@@ -43,6 +43,8 @@ func itemErrorOf(err error) (e *itemError, ok bool) {
 		code = "stale_epoch"
 	case errors.Is(err, vigiltype.ErrNotFound):
 		code = "not_found"
+	case errors.Is(err, vigiltype.ErrOutcomeConflict):
+		code = "outcome_conflict"
 	case errors.Is(err, vigiltype.ErrInvalid):
 		code = "invalid"
 	default:

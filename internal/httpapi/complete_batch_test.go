@@ -146,8 +146,9 @@ func TestSingleCompleteUnchanged(t *testing.T) {
 	var raw map[string]json.RawMessage
 	r.decode(t, &raw)
 	require.NotContains(t, raw, "results")
+	// Completing it again with another result (none) is refused (DESIGN T8).
 	r = b.leaseOp(in, task.TaskID, task.LeaseEpoch, "complete", "")
 	require.Equal(t, http.StatusConflict, r.status, "%s", r.body)
 	code, _ := r.errorCode(t)
-	require.Equal(t, "stale_epoch", code)
+	require.Equal(t, "outcome_conflict", code)
 }

@@ -147,6 +147,18 @@ func (a *api) middleware(next http.Handler) http.Handler {
 // healthzTimeout bounds the store read /healthz makes.
 const healthzTimeout = 2 * time.Second
 
+// RetryAfterUnavailable is the Retry-After, in seconds, of a 503
+// unavailable: how long a client should wait before it asks again while
+// the store cannot be reached.
+const RetryAfterUnavailable = 2
+
+// writeUnavailable answers 503 unavailable with Retry-After; the message is
+// fixed, so no driver text reaches the body.
+func writeUnavailable(w http.ResponseWriter, msg string) {
+	w.Header().Set("Retry-After", strconv.Itoa(RetryAfterUnavailable))
+	writeError(w, http.StatusServiceUnavailable, "unavailable", msg)
+}
+
 // healthz answers 200 {"status":"ok"} when the store answers a read, else
 // 503 with code "unavailable".
 func (a *api) healthz(w http.ResponseWriter, r *http.Request) {
@@ -154,7 +166,7 @@ func (a *api) healthz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if _, err := a.Store.SweeperList(ctx); err != nil {
 		a.Logger.Warn("health check: store read failed", "err", err)
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "the store does not answer")
+		writeUnavailable(w, "the store does not answer")
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -626,8 +638,15 @@ func (a *api) respond(w http.ResponseWriter, r *http.Request, v any, err error) 
 }
 
 // fail maps an error to its status and code. Only sentinel errors show their
-// text; anything else is logged and answered "internal error".
+// text; anything else is logged and answered "internal error". A store that
+// cannot be reached is 503 unavailable with Retry-After, whatever the
+// route, its text in the log only.
 func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, vigiltype.ErrUnavailable) {
+		a.Logger.Warn("store unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeUnavailable(w, "the store is unavailable; retry later")
+		return
+	}
 	status, code := http.StatusInternalServerError, "internal"
 	switch {
 	case errors.Is(err, vigiltype.ErrInvalid):
@@ -644,6 +663,8 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status, code = http.StatusConflict, "not_claimable"
 	case errors.Is(err, vigiltype.ErrConflict):
 		status, code = http.StatusConflict, "conflict"
+	case errors.Is(err, vigiltype.ErrOutcomeConflict):
+		status, code = http.StatusConflict, "outcome_conflict"
 	case errors.Is(err, vigiltype.ErrInvalidToken):
 		status, code = http.StatusForbidden, "invalid_token"
 	case errors.Is(err, vigiltype.ErrUnauthorized):
@@ -668,11 +689,16 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // publicMessage is the error text without the store's inner wrapping: the
-// sentinels' and FieldErrors' text is written for users.
+// sentinels', FieldErrors' and OutcomeConflictErrors' text is written for
+// users, and the latter two start with the field they name.
 func publicMessage(err error) string {
 	var fe *vigiltype.FieldError
 	if errors.As(err, &fe) {
 		return fe.Error()
+	}
+	var oe *vigiltype.OutcomeConflictError
+	if errors.As(err, &oe) {
+		return oe.Error()
 	}
 	return err.Error()
 }

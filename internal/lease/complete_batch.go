@@ -22,7 +22,7 @@ type CompleteItem struct {
 
 // CompleteOutcome is one item's answer: the completed task, or Err, the
 // error Complete would have returned for that task alone (ErrStaleEpoch,
-// ErrNotFound).
+// ErrNotFound, ErrOutcomeConflict).
 type CompleteOutcome struct {
 	Task *vigiltype.Task
 	Err  error

@@ -444,7 +444,10 @@ func (s *Service) HeartbeatVersions(ctx context.Context, window time.Duration) (
 	return list, nil
 }
 
-// Complete finishes a held task with result (JSON; empty means null).
+// Complete finishes a held task with result (JSON; empty means null). The
+// same complete repeated by the holder at the same epoch (its first answer
+// was lost) answers with the stored task; another result for the task that
+// lease completed is ErrOutcomeConflict naming result (DESIGN T8).
 func (s *Service) Complete(ctx context.Context, l Lease, result json.RawMessage) (*vigiltype.Task, error) {
 	res, err := checkJSON("result", result, "null")
 	if err != nil {
@@ -458,7 +461,10 @@ func (s *Service) Complete(ctx context.Context, l Lease, result json.RawMessage)
 }
 
 // Fail records a handler failure. retryAfter > 0 overrides the backoff
-// (RetryBackoffBase doubling per attempt, capped at RetryBackoffMax).
+// (RetryBackoffBase doubling per attempt, capped at RetryBackoffMax). The
+// same fail repeated by the holder at the same epoch answers with the
+// stored task and counts nothing twice; another error text is
+// ErrOutcomeConflict naming error (DESIGN T8).
 func (s *Service) Fail(ctx context.Context, l Lease, msg string, retryAfter time.Duration) (*vigiltype.Task, error) {
 	if msg == "" {
 		return nil, vigiltype.Invalid("error", "is required: say why the task failed")

@@ -9,8 +9,8 @@ import (
 
 // TaskCompleteResult answers one item of TaskCompleteBatch: the completed
 // task, or Err, the error a TaskComplete of that item alone would have
-// returned (ErrStaleEpoch, ErrNotFound, ErrInvalid for a result that is not
-// valid JSON). Exactly one of Task and Err is set.
+// returned (ErrStaleEpoch, ErrNotFound, ErrOutcomeConflict, ErrInvalid for
+// a result that is not valid JSON). Exactly one of Task and Err is set.
 type TaskCompleteResult struct {
 	Task *vigiltype.Task
 	Err  error

@@ -7,7 +7,7 @@
 //     every method that needs "now" takes it in its params (STYLE §4), and
 //     every stored time is UTC with millisecond precision.
 //   - "No rows" and refused writes map to vigiltype's sentinels: ErrNotFound,
-//     ErrStaleEpoch, ErrInvalidToken, ErrInstanceExited.
+//     ErrStaleEpoch, ErrInvalidToken, ErrInstanceExited, ErrOutcomeConflict.
 //   - A write that changes a task under a lease repeats its whole predicate
 //     (task id, status running, lease owner, epoch) in its WHERE clause, so a
 //     task completed or re-claimed in between is left alone.
@@ -101,13 +101,22 @@ type Store interface {
 	// task.
 	TaskHeartbeat(ctx context.Context, p TaskHeartbeatParams) (*vigiltype.Task, error)
 	// TaskComplete finishes a held task with its result; completed_by is
-	// the lease owner. Same errors as TaskHeartbeat.
+	// the lease owner. Same errors as TaskHeartbeat, except for a repeat
+	// (DESIGN T8, RepeatedComplete): when the lease already ended with a
+	// complete by this instance at this epoch, the same result (as a JSON
+	// value) answers with the task as stored and writes nothing, another
+	// result is ErrOutcomeConflict naming "result".
 	TaskComplete(ctx context.Context, p TaskCompleteParams) (*vigiltype.Task, error)
 	// TaskCompleteBatch completes every item in one transaction, each checked and written exactly as TaskComplete; each item gets its own outcome (one stale item does not fail the others), in request order; an error only when the transaction itself fails (then nothing was written).
 	TaskCompleteBatch(ctx context.Context, items []TaskCompleteParams) ([]TaskCompleteResult, error)
 	// TaskFail counts a handler failure: attempts + 1, then back to
 	// scheduled at RetryAt, or dead_letter when attempts reaches
-	// max_attempts. Same errors as TaskHeartbeat.
+	// max_attempts. failed_by = the lease owner, until the next claim.
+	// Same errors as TaskHeartbeat, except for a repeat (DESIGN T8,
+	// RepeatedFail): when the lease already ended with a fail by this
+	// instance at this epoch, the same Error text answers with the task as
+	// stored and writes (counts) nothing, another text is
+	// ErrOutcomeConflict naming "error".
 	TaskFail(ctx context.Context, p TaskFailParams) (*vigiltype.Task, error)
 	// TaskRelease gives a held task back (scheduled, run_after = Now)
 	// without counting an attempt. Same errors as TaskHeartbeat.

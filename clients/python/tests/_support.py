@@ -232,9 +232,11 @@ class AgentTestCase(VigilTestCase):
         if self._outcome_failed():
             print(f"\n--- agent log of {self.id()} ---\n{self.records.text()}")
 
-    def run_agent(self, url: str, handlers: Dict[str, Any], settings: Settings = FAST, **kw: Any) -> Agent:
-        """Starts an agent in a thread; it is stopped and joined in cleanup."""
-        agent = Agent("py-agent", handlers, settings=settings, client=Client(url), logger=self.logger, **kw)
+    def run_agent(self, url: str, handlers: Dict[str, Any], settings: Settings = FAST,
+                  client: Optional[Client] = None, **kw: Any) -> Agent:
+        """Starts an agent in a thread (with client, else a Client(url)); it is
+        stopped and joined in cleanup."""
+        agent = Agent("py-agent", handlers, settings=settings, client=client or Client(url), logger=self.logger, **kw)
         errors: List[BaseException] = []
 
         def target() -> None:

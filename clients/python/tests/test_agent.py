@@ -254,3 +254,67 @@ class AgentFenceTest(AgentTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class FaultyCompletes(Client):
+    """A Client whose first ``refuse`` completes never reach the server (a
+    connection error, then 503 unavailable, alternately), and whose next
+    ``drop_answers`` completes are applied by the server but answered with
+    a connection error, as when a connection breaks after the write."""
+
+    def __init__(self, url: str, *, refuse: int = 0, drop_answers: int = 0) -> None:
+        super().__init__(url)
+        self.refuse, self.drop_answers = refuse, drop_answers
+        self.seen = self.forwarded = 0
+        self._mu = threading.Lock()
+
+    def complete(self, lease: Any, result: Any = None, **kw: Any) -> Any:
+        from vigil_client import UnreachableError, VigilError
+
+        with self._mu:
+            self.seen += 1
+            n = self.seen
+        if n <= self.refuse:
+            if n % 2:
+                raise UnreachableError("connection reset by peer (test fault)", op="complete")
+            raise VigilError("the store is unavailable; retry later", status=503, code="unavailable", op="complete")
+        with self._mu:
+            self.forwarded += 1
+        row = super().complete(lease, result, **kw)
+        if n <= self.refuse + self.drop_answers:
+            raise UnreachableError("connection reset by peer after the write (test fault)", op="complete")
+        return row
+
+
+class AgentOutcomeTest(AgentTestCase):
+    """A finished result is kept until the server accepts or refuses it
+    (DESIGN T8, issue #12 cases 1 and 6)."""
+
+    def work(self, task: Task) -> Dict[str, int]:
+        return {"n": task.id}
+
+    def test_result_kept_through_an_outage_longer_than_the_old_budget(self):
+        url = self.start_server()
+        c = Client(url)
+        faulty = FaultyCompletes(url, refuse=5)  # the old runtime gave up after 5 tries (~4s)
+        agent = self.run_agent(url, {"work": self.work}, client=faulty)
+        queued = c.enqueue("work", lease_timeout=60)
+        done = self.wait_status(c, queued["task_id"], "completed")
+        self.assertEqual(done["result"], {"n": queued["task_id"]})
+        self.assertEqual(done["completed_by"], agent.instance_id)
+        self.assertEqual((faulty.seen, faulty.forwarded), (6, 1), "stored by exactly one request")
+        eventually(10, "the completion to be logged", lambda: self.records.has("completed", "attempts=6"))
+        for bad in ("lease lost", "gave up", "complete failed:"):
+            self.assertFalse(self.records.has(bad), bad)
+
+    def test_retried_complete_whose_answer_was_lost_is_accepted(self):
+        url = self.start_server()
+        c = Client(url)
+        faulty = FaultyCompletes(url, drop_answers=1)
+        self.run_agent(url, {"work": self.work}, client=faulty)
+        queued = c.enqueue("work", lease_timeout=60)
+        eventually(30, "the completion to be logged", lambda: self.records.has("completed", "attempts=2"))
+        self.assertEqual(faulty.forwarded, 2)
+        done = c.get_task(queued["task_id"])
+        self.assertEqual((done["status"], done["result"]), ("completed", {"n": queued["task_id"]}))
+        self.assertFalse(self.records.has("lease lost"), self.records.text())

@@ -242,7 +242,15 @@ class DecideTest(unittest.TestCase):
         self.assertEqual(decide.call_timeout(0.05), decide.CALL_TIMEOUT_FLOOR)
         self.assertEqual(decide.call_timeout(8.0), 6.4)
         self.assertEqual(decide.call_timeout(60), 10.0)
-        self.assertEqual([decide.outcome_backoff(n) for n in range(1, 6)], [0.25, 0.5, 1.0, 2.0, 2.0])
+        self.assertEqual([decide.outcome_backoff(n) for n in range(1, 7)], [0.25, 0.5, 1.0, 2.0, 4.0, 4.0])
+        # A finished result is kept while the lease may be valid, past the
+        # old fixed budget of ~4s, and not past it, nor past a stopping
+        # agent's budget (issue #12).
+        keep_until = decide.lease_surely_over(1000.0, 60.0)
+        self.assertEqual(keep_until, 1060.0)
+        self.assertFalse(decide.outcome_give_up(1010.0, keep_until, None))
+        self.assertTrue(decide.outcome_give_up(1060.0, keep_until, None))
+        self.assertTrue(decide.outcome_give_up(1020.0, keep_until, 1020.0))
         self.assertEqual([decide.register_backoff(n, 30) for n in (1, 2, 5, 6, 40)], [1, 2, 16, 30, 30])
         self.assertEqual(decide.register_backoff(3, 120), 4)
         self.assertEqual(decide.register_backoff(10, 120), 60)

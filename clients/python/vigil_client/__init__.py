@@ -30,6 +30,7 @@ from .errors import (
     FencedError,
     LeaseLostError,
     NotFoundError,
+    OutcomeConflictError,
     UnreachableError,
     VigilError,
 )
@@ -68,6 +69,7 @@ __all__ = [
     "Lease",
     "LeaseLostError",
     "NotFoundError",
+    "OutcomeConflictError",
     "Registration",
     "Settings",
     "SettingsError",

@@ -25,9 +25,26 @@ CALL_TIMEOUT_FLOOR = 5.0
 CALL_TIMEOUT_MAX = 10.0
 """Bounds every single request the agent runtime makes, in seconds."""
 
-OUTCOME_ATTEMPTS = 5
-"""How many times an outcome (complete, fail, release) is sent while the
-server cannot be reached or answers 5xx. A 4xx answer, 409 included, is final."""
+# A finished result is kept until the server accepts or refuses it (DESIGN
+# T8): a complete or fail that cannot reach the server, or is answered 5xx
+# (503 unavailable included), is sent again -- it is idempotent for the
+# holder, so a retry whose first try landed gets 200 -- for as long as the
+# lease may still be valid. 2xx, 409 (stale_epoch, outcome_conflict) and any
+# other 4xx are final.
+
+OUTCOME_BACKOFF_MAX = 4.0
+"""Caps the wait between two tries of an outcome call, in seconds."""
+
+LEASE_WINDOW_UNKNOWN = 300.0
+"""Stands in for a lease window the server did not report: its default
+--lease-timeout (DESIGN T3), in seconds."""
+
+RELEASE_RETRY_BUDGET = 4.0
+"""Bounds the retries of a release, in seconds: the lease lapses anyway."""
+
+OUTCOME_STOP_BUDGET = 5.0
+"""How long a stopping agent keeps retrying an outcome the server cannot
+take, in seconds, so that it exits within a supervisor's stop grace."""
 
 
 def lease_window(task: Optional[Mapping[str, Any]]) -> Tuple[float, bool]:
@@ -93,8 +110,24 @@ def call_timeout(interval: float) -> float:
 
 def outcome_backoff(n: int) -> float:
     """The wait before retry n (1-based) of an outcome call: 250ms doubling,
-    at most 2s."""
-    return min(0.25 * (1 << min(n - 1, 16)), 2.0)
+    at most OUTCOME_BACKOFF_MAX."""
+    return min(0.25 * (1 << min(n - 1, 16)), OUTCOME_BACKOFF_MAX)
+
+
+def lease_surely_over(renewal_received: float, window: float) -> float:
+    """The local (monotonic) instant after which the lease surely has expired
+    on the server: the granted window counted from when the answer to the
+    last accepted renewal (or the claim) was received. The server stamped
+    the renewal before it answered, so its expiry is no later than this.
+    Until then a finished result is worth sending."""
+    return renewal_received + window
+
+
+def outcome_give_up(now: float, keep_until: float, stop_by: Optional[float]) -> bool:
+    """Whether an outcome call that failed transiently at now should not be
+    sent again: the lease is surely over, or the agent is stopping and its
+    budget (stop_by) has passed."""
+    return now >= keep_until or (stop_by is not None and now >= stop_by)
 
 
 def register_backoff(n: int, liveness_interval: float) -> float:

@@ -67,6 +67,7 @@ from .errors import (
     FencedError,
     LeaseLostError,
     NotFoundError,
+    OutcomeConflictError,
     VigilError,
     is_instance_gone,
 )
@@ -117,6 +118,7 @@ class Task:
         self._activity_at: Optional[datetime] = None  # last activity the server accepted
         self._lock = threading.Lock()
         self._runner = runner
+        self._keep_until = 0.0  # monotonic: until when a finished result is sent (runtime)
 
     def __repr__(self) -> str:
         return f"Task(id={self.id}, type={self.type!r}, epoch={self.epoch}, instance_id={self.instance_id!r})"
@@ -339,6 +341,7 @@ class _Runner:
         self.gen = 0  # bumped at every (re-)registration
         self.task: Optional[Task] = None
         self.keeper_q: Optional["queue.Queue[Any]"] = None
+        self.exit_late: Optional[Instance] = None  # fenced instance to mark exited once its task's outcome is sent
         self.live_q: "queue.Queue[Any]" = queue.Queue()
         self.inflight: List[threading.Thread] = []
         self.spawn_lock = threading.Lock()
@@ -584,18 +587,34 @@ class _Runner:
 
     def reregister(self, old: Instance) -> Tuple[Any, ...]:
         """Registers a fresh instance to replace the fenced old one, then marks
-        old exited (best effort) so any task it still holds is reclaimed."""
+        old exited (best effort) so any task it still holds is reclaimed --
+        unless its task is still being worked or reported: a fenced agent
+        still delivers results for leases the server has not moved on, so
+        old is then marked exited once that outcome was sent."""
         timeout = decide.call_timeout(self.set.liveness_interval)
         sent = time.monotonic()
         try:
             new = self.register_once(timeout)
         except Exception as e:  # noqa: BLE001
             return ("rereg", None, old, sent, e)
+        with self.cv:
+            held = self.task is not None and self.task.lease.instance.id == old.id
+            if held:
+                self.exit_late = old
+        if held:
+            self.log.info(
+                _fmt("fenced instance still holds leases; it is marked exited once their outcomes are sent", kind=self.kind, instance_id=old, leases=1)
+            )
+        else:
+            self.mark_exited(old)
+        return ("rereg", new, old, sent, None)
+
+    def mark_exited(self, old: Instance) -> None:
+        """Marks a fenced instance exited (best effort)."""
         try:
-            self.client.process_exit(old, timeout=timeout)
+            self.client.process_exit(old, timeout=decide.call_timeout(self.set.liveness_interval))
         except Exception as e:  # noqa: BLE001
             self.log.debug(_fmt("could not mark the fenced instance exited", kind=self.kind, instance_id=old, err=e))
-        return ("rereg", new, old, sent, None)
 
     # --- poll -----------------------------------------------------------------
 
@@ -633,7 +652,7 @@ class _Runner:
                 continue
             if self.stopping():
                 lease = inst.lease(row)
-                self.send_outcome(self.task_fields(inst, row), "release", lambda: self.client.release(lease))
+                self.send_outcome(self.task_fields(inst, row), "release", lambda: self.client.release(lease), _release_until())
                 return
             self.run_task(inst, gen, row, sent)
 
@@ -650,6 +669,7 @@ class _Runner:
         """Runs the handler for a claimed task while a keeper thread renews the
         lease, then reports the outcome. On stop it drains: the handler gets
         drain_grace, then is cancelled with DrainingError and the task released."""
+        claim_received = time.monotonic()  # no earlier than the claim's answer arrived
         lease = inst.lease(row)
         f = self.task_fields(inst, row)
         window, known = decide.lease_window(row)
@@ -672,6 +692,8 @@ class _Runner:
                 )
             )
         task = Task(row, inst, self)
+        # Until when a finished result is worth sending (keep_lease moves it).
+        task._keep_until = decide.lease_surely_over(claim_received, window if known else decide.LEASE_WINDOW_UNKNOWN)
         kq: "queue.Queue[Any]" = queue.Queue()
         with self.cv:
             self.task, self.keeper_q = task, kq
@@ -712,7 +734,7 @@ class _Runner:
                     done, stopping = bool(box), self.a._stopping
                 if done:
                     stop_keeper()
-                    self.report(f, lease, box[0])
+                    self.report(f, lease, box[0], task._keep_until)
                     return
                 if stopping and grace_deadline is None:
                     self.log.info(_fmt("draining: waiting for the handler to finish", grace=decide.format_duration(self.a.drain_grace), **f))
@@ -734,11 +756,14 @@ class _Runner:
                             _fmt("handler ignored cancellation; abandoning it", waited=decide.format_duration(ABANDON_WAIT), **f)
                         )
                     stop_keeper()
-                    self.send_outcome(f, "release", lambda: self.client.release(lease))
+                    self.send_outcome(f, "release", lambda: self.client.release(lease), _release_until())
                     return
         finally:
             with self.cv:
                 self.task, self.keeper_q = None, None
+                late, self.exit_late = self.exit_late, None
+            if late is not None:
+                self.mark_exited(late)
 
     # --- lease ------------------------------------------------------------------
 
@@ -760,7 +785,10 @@ class _Runner:
         (no renewal accepted before the local lease deadline, or the
         instance fenced) but then keeps asking until the handler returns or
         the server gives its verdict: a holder that was frozen learns from
-        the 409 that its task was handed on."""
+        the 409 that its task was handed on.
+
+        Each accepted renewal moves task._keep_until, the instant the lease is
+        surely over on the server (decide.lease_surely_over)."""
         interval = self.set.heartbeat_interval
         lease = task.lease
         next_tick = time.monotonic() + interval
@@ -779,9 +807,9 @@ class _Runner:
                 row = self.client.task_heartbeat(
                     lease, activity_at=task.last_activity, timeout=decide.call_timeout(interval)
                 )
-                kq.put(("beat", row, sent, None))
+                kq.put(("beat", row, sent, None, time.monotonic()))
             except Exception as e:  # noqa: BLE001
-                kq.put(("beat", None, sent, e))
+                kq.put(("beat", None, sent, e, time.monotonic()))
 
         while True:
             now = time.monotonic()
@@ -802,7 +830,7 @@ class _Runner:
                         task._cancel(cause)
                         self.log.warning(_fmt("handler cancelled: instance fenced", reason=cause, **f))
                 else:
-                    _, row, sent, err = item
+                    _, row, sent, err, received = item
                     if err is None:
                         w, ok = decide.lease_window(row)
                         if ok:
@@ -814,6 +842,8 @@ class _Runner:
                         d = decide.lease_deadline(sent, w)
                         if known and not deadline_fired and (deadline is None or d > deadline):
                             deadline = d
+                        if known:
+                            task._keep_until = max(task._keep_until, decide.lease_surely_over(received, w))
                     elif isinstance(err, LeaseLostError):
                         self.log.warning(
                             _fmt(
@@ -871,18 +901,20 @@ class _Runner:
             row = self.client.task_heartbeat(task.lease, activity_at=at, timeout=decide.CALL_TIMEOUT_MAX)
         except VigilError as e:
             if kq is not None and (isinstance(e, (LeaseLostError, NotFoundError)) or e.code in (CODE_INVALID_TOKEN, CODE_INSTANCE_EXITED)):
-                kq.put(("beat", None, sent, e))
+                kq.put(("beat", None, sent, e, time.monotonic()))
             raise
         task._set_activity(at)
         if kq is not None:
-            kq.put(("beat", row, sent, None))
+            kq.put(("beat", row, sent, None, time.monotonic()))
         return row
 
     # --- outcome ------------------------------------------------------------------
 
-    def report(self, f: Dict[str, Any], lease: Lease, outcome: Tuple[str, Any, Optional[str]]) -> None:
+    def report(self, f: Dict[str, Any], lease: Lease, outcome: Tuple[str, Any, Optional[str]], keep_until: float) -> None:
         """Sends the handler's outcome: complete with the result, or fail with
-        the exception's text. A result that does not encode as JSON is a failure."""
+        the exception's text. A result that does not encode as JSON is a
+        failure. The outcome is kept until the server accepts or refuses it,
+        or until keep_until, when the lease is surely over (send_outcome)."""
         kind, value, tb = outcome
         if kind == "ok":
             try:
@@ -890,34 +922,64 @@ class _Runner:
             except (TypeError, ValueError) as e:
                 kind, value, tb = "err", ValueError(f"encode result: {e}"), None
             else:
-                self.send_outcome(f, "complete", lambda: self.client.complete(lease, value))
+                self.send_outcome(f, "complete", lambda: self.client.complete(lease, value), keep_until)
                 return
         msg = _err_text(value)
         if tb:
             self.log.warning(_fmt("handler raised", err=msg, **f) + "\n" + tb.rstrip())
-        self.send_outcome(dict(f, error=msg), "fail", lambda: self.client.fail(lease, msg))
+        self.send_outcome(dict(f, error=msg), "fail", lambda: self.client.fail(lease, msg), keep_until)
 
-    def send_outcome(self, f: Dict[str, Any], verb: str, call: Callable[[], Any]) -> None:
-        """Sends one outcome call, retried while the server is unreachable or
-        answers 5xx, up to OUTCOME_ATTEMPTS in all. 409 stale_epoch is final:
-        the server says the lease was lost and the call changed nothing."""
+    def send_outcome(self, f: Dict[str, Any], verb: str, call: Callable[[], Any], keep_until: float) -> None:
+        """Sends one outcome call and keeps it until the server answers (DESIGN
+        T8): while the server is unreachable or answers 5xx (503 unavailable
+        included) it is sent again, waiting outcome_backoff, until keep_until
+        (for a complete or fail, the instant the lease is surely over) or,
+        once the agent is stopping, for at most OUTCOME_STOP_BUDGET more.
+        complete and fail are idempotent for the holder, so a retry whose
+        first try landed gets 200. 409 stale_epoch is final: the server says
+        the lease was lost and the call changed nothing; 409
+        outcome_conflict and other 4xx are final too."""
         n = 0
+        stop_by: Optional[float] = None
         while True:
             n += 1
             try:
                 call()
-                self.log.info(_fmt(_OUTCOME_LOGS[verb], **f))
+                if n > 1:
+                    self.log.info(_fmt(_OUTCOME_LOGS[verb], attempts=n, **f))
+                else:
+                    self.log.info(_fmt(_OUTCOME_LOGS[verb], **f))
                 return
             except LeaseLostError as e:
                 self.log.warning(_fmt(f"{verb} refused: lease lost (stale epoch)", err=_err_text(e), **f))
                 return
+            except OutcomeConflictError as e:
+                self.log.error(_fmt(f"{verb} refused: the task already holds a different outcome from this lease", err=e, **f))
+                return
             except VigilError as e:
-                if not e.transient or n >= decide.OUTCOME_ATTEMPTS:
+                if not e.transient:
                     self.log.error(_fmt(f"{verb} failed", err=e, attempts=n, **f))
                     return
-                wait = decide.outcome_backoff(n)
+                now = time.monotonic()
+                if stop_by is None and self.a._stopping:
+                    stop_by = now + decide.OUTCOME_STOP_BUDGET
+                if decide.outcome_give_up(now, keep_until, stop_by):
+                    if verb == "release":
+                        reason = "the lease lapses on its own"
+                    elif now < keep_until:
+                        reason = "the agent is stopping"
+                    else:
+                        reason = "the lease window has passed since the last accepted renewal: the server may hand the task on"
+                    self.log.error(_fmt(f"{verb} not delivered: gave up", reason=reason, attempts=n, err=e, **f))
+                    return
+                wait = min(decide.outcome_backoff(n), max(0.0, keep_until - now))
                 self.log.warning(_fmt(f"{verb} failed; retrying", err=e, retry_in=decide.format_duration(wait), **f))
                 time.sleep(wait)
+
+
+def _release_until() -> float:
+    """The keep_until of a release: RELEASE_RETRY_BUDGET from now."""
+    return time.monotonic() + decide.RELEASE_RETRY_BUDGET
 
 
 _OUTCOME_LOGS = {"complete": "completed", "fail": "failure recorded", "release": "released"}

@@ -3,13 +3,15 @@
 Every error answer from the server has one shape,
 ``{"error": {"code": ..., "message": ...}}`` (docs/api.md, Conventions). The
 client raises it as a :class:`VigilError` carrying the HTTP ``status`` and the
-API ``code``; three codes get their own subclass because callers branch on
+API ``code``; some codes get their own subclass because callers branch on
 them:
 
 =====================  ==========================================  ==========
 code                   meaning                                     class
 =====================  ==========================================  ==========
 ``stale_epoch``        the lease is no longer held at that epoch   LeaseLostError
+``outcome_conflict``   a repeated complete/fail differs from the   OutcomeConflictError
+                       outcome stored for that lease
 ``not_found``          no such instance, kind, task or route       NotFoundError
 ``invalid``,           a field breaks a rule / the body is not     BadRequestError
 ``malformed_json``     JSON of the expected shape
@@ -42,6 +44,7 @@ CODE_METHOD_NOT_ALLOWED = "method_not_allowed"
 CODE_STALE_EPOCH = "stale_epoch"
 CODE_INSTANCE_EXITED = "instance_exited"
 CODE_INSTANCE_STOPPED = "instance_stopped"
+CODE_OUTCOME_CONFLICT = "outcome_conflict"
 CODE_PAYLOAD_TOO_LARGE = "payload_too_large"
 CODE_INTERNAL = "internal"
 CODE_UNAVAILABLE = "unavailable"
@@ -79,7 +82,8 @@ class VigilError(Exception):
     @property
     def transient(self) -> bool:
         """Whether the same call may succeed if sent again: no server answered,
-        or one answered 5xx. A 4xx answer is final."""
+        or one answered 5xx (503 ``unavailable``: its store cannot be
+        reached). A 4xx answer is final."""
         return self.status == 0 or self.status >= 500
 
 
@@ -91,6 +95,13 @@ class LeaseLostError(VigilError):
     The agent runtime also uses it, with status 0, as the cancellation cause
     when no lease renewal was accepted before the lease's own deadline.
     """
+
+
+class OutcomeConflictError(VigilError):
+    """``409 outcome_conflict``: a complete or fail repeated by the holder at
+    the epoch its lease ended with, but with another result or error text
+    than the one stored (the message names the field); nothing changed. The
+    same call repeated exactly is answered with the stored task (DESIGN T8)."""
 
 
 class NotFoundError(VigilError):
@@ -124,6 +135,7 @@ class DrainingError(VigilError):
 
 _BY_CODE = {
     CODE_STALE_EPOCH: LeaseLostError,
+    CODE_OUTCOME_CONFLICT: OutcomeConflictError,
     CODE_NOT_FOUND: NotFoundError,
     CODE_INVALID: BadRequestError,
     CODE_MALFORMED_JSON: BadRequestError,

@@ -23,8 +23,9 @@ const completeBatchSQL = `
 
 // TaskCompleteBatch implements store.Store: one transaction running, per
 // item in task id order, TaskComplete's guarded write and (when it matched)
-// its end of lease; an item that matched no row gets TaskComplete's refusal
-// as its own outcome. A result PostgreSQL would refuse (not valid JSON or
+// its end of lease; an item that matched no row gets TaskComplete's answer
+// as its own outcome: the task as stored when it repeats the complete its
+// lease ended with, else the refusal. A result PostgreSQL would refuse (not valid JSON or
 // not UTF-8) is refused before the transaction, so that one bad item
 // cannot abort the others' writes.
 func (s *Store) TaskCompleteBatch(ctx context.Context, items []store.TaskCompleteParams) ([]store.TaskCompleteResult, error) {
@@ -50,8 +51,13 @@ func (s *Store) TaskCompleteBatch(ctx context.Context, items []store.TaskComplet
 				"task_id": p.TaskID, "lease_owner": p.InstanceID, "lease_epoch": p.Epoch,
 			}))
 			if errors.Is(err, pgx.ErrNoRows) {
-				why := taskRefusal(ctx, tx, p.TaskID)
-				if !errors.Is(why, vigiltype.ErrNotFound) && !errors.Is(why, vigiltype.ErrStaleEpoch) {
+				task, why := repeatedComplete(p.Result)(ctx, tx, p.TaskLease)
+				if why == nil {
+					results[i].Task = task // a repeat of the complete its lease ended with
+					continue
+				}
+				if !errors.Is(why, vigiltype.ErrNotFound) && !errors.Is(why, vigiltype.ErrStaleEpoch) &&
+					!errors.Is(why, vigiltype.ErrOutcomeConflict) {
 					return fmt.Errorf("complete task %d: %w", p.TaskID, why)
 				}
 				results[i].Err = fmt.Errorf("complete task %d: %w", p.TaskID, why)

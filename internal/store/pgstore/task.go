@@ -33,11 +33,13 @@ var leaseExpiresSQL = sqlAddMS("@now", leaseWindowSQL)
 
 // claimSetSQL is the SET clause of a claim at @now by @instance_id
 // (store.Store.TaskClaim). heartbeat_schema_version is left as it is: it
-// tells which schema the task's last lease heartbeat used.
+// tells which schema the task's last lease heartbeat used. failed_by names
+// who failed the task at its current epoch, so the new epoch clears it.
 var claimSetSQL = `
 	status = 'running',
 	lease_owner = @instance_id,
 	lease_epoch = lease_epoch + 1,
+	failed_by = NULL,
 	started_at = @now,
 	last_heartbeat_at = @now,
 	last_activity_at = @now,
@@ -309,7 +311,7 @@ func (s *Store) TaskHeartbeat(ctx context.Context, p store.TaskHeartbeatParams) 
 	count := func(ctx context.Context, tx pgx.Tx, l store.TaskLease) error {
 		return countHeartbeat(ctx, tx, l.InstanceID, p.SchemaVersion, now)
 	}
-	return s.leaseUpdate(ctx, "heartbeat", p.TaskLease, count, set, args)
+	return s.leaseUpdate(ctx, "heartbeat", p.TaskLease, count, nil, set, args)
 }
 
 // checkHeartbeat refuses a lease heartbeat whose schema version and
@@ -341,7 +343,9 @@ const completeSetSQL = `
 		updated_at = @now`
 
 // TaskComplete implements store.Store. A nil Result is stored as NULL; a
-// Result that is not valid JSON is refused before anything is written.
+// Result that is not valid JSON is refused before anything is written. A
+// complete that repeats the one its lease ended with answers with the task
+// as stored (repeatedComplete).
 func (s *Store) TaskComplete(ctx context.Context, p store.TaskCompleteParams) (*vigiltype.Task, error) {
 	var result *string // NULL unless given
 	if p.Result != nil {
@@ -351,17 +355,20 @@ func (s *Store) TaskComplete(ctx context.Context, p store.TaskCompleteParams) (*
 		r := string(p.Result)
 		result = &r
 	}
-	return s.leaseUpdate(ctx, "complete", p.TaskLease, endLease, completeSetSQL,
+	return s.leaseUpdate(ctx, "complete", p.TaskLease, endLease, repeatedComplete(p.Result), completeSetSQL,
 		pgx.StrictNamedArgs{"now": utcMS(p.Now), "result": result},
 	)
 }
 
 // TaskFail implements store.Store. A task going back to scheduled loses its
 // started_at; a dead-lettered one keeps it as the start of its last run.
+// failed_by keeps the holder, so that a fail that repeats this one answers
+// with the task as stored (repeatedFail) and counts nothing twice.
 func (s *Store) TaskFail(ctx context.Context, p store.TaskFailParams) (*vigiltype.Task, error) {
 	const dead = `attempts + 1 >= max_attempts`
-	return s.leaseUpdate(ctx, "fail", p.TaskLease, endLease, `
+	return s.leaseUpdate(ctx, "fail", p.TaskLease, endLease, repeatedFail(p.Error), `
 		attempts = attempts + 1,
+		failed_by = lease_owner,
 		status = CASE WHEN `+dead+` THEN 'dead_letter' ELSE 'scheduled' END,
 		run_after = CASE WHEN `+dead+` THEN run_after ELSE @retry_at END,
 		started_at = CASE WHEN `+dead+` THEN started_at ELSE NULL END,
@@ -375,7 +382,7 @@ func (s *Store) TaskFail(ctx context.Context, p store.TaskFailParams) (*vigiltyp
 
 // TaskRelease implements store.Store.
 func (s *Store) TaskRelease(ctx context.Context, p store.TaskReleaseParams) (*vigiltype.Task, error) {
-	return s.leaseUpdate(ctx, "release", p.TaskLease, endLease, `
+	return s.leaseUpdate(ctx, "release", p.TaskLease, endLease, nil, `
 		status = 'scheduled',
 		run_after = @now,
 		started_at = NULL,
@@ -398,14 +405,70 @@ func endLease(ctx context.Context, tx pgx.Tx, l store.TaskLease) error {
 	return interpretError(err)
 }
 
+// repeatCheck decides, in a lease write's transaction, a write under l that
+// matched no row: the task as stored when the write repeats the one its
+// lease ended with (DESIGN T8), else why it is refused.
+type repeatCheck func(ctx context.Context, tx pgx.Tx, l store.TaskLease) (*vigiltype.Task, error)
+
+// repeatedComplete is TaskComplete's repeatCheck (store.RepeatedComplete).
+func repeatedComplete(result json.RawMessage) repeatCheck {
+	return func(ctx context.Context, tx pgx.Tx, l store.TaskLease) (*vigiltype.Task, error) {
+		t, _, err := outcomeRow(ctx, tx, l.TaskID)
+		if err != nil {
+			return nil, err
+		}
+		if err := store.RepeatedComplete(t, l, result); err != nil {
+			return nil, err
+		}
+		return t, nil
+	}
+}
+
+// repeatedFail is TaskFail's repeatCheck (store.RepeatedFail).
+func repeatedFail(msg string) repeatCheck {
+	return func(ctx context.Context, tx pgx.Tx, l store.TaskLease) (*vigiltype.Task, error) {
+		t, failedBy, err := outcomeRow(ctx, tx, l.TaskID)
+		if err != nil {
+			return nil, err
+		}
+		if err := store.RepeatedFail(t, failedBy, l, msg); err != nil {
+			return nil, err
+		}
+		return t, nil
+	}
+}
+
+// outcomeRow reads a task and who failed it at its current epoch;
+// ErrNotFound when there is no such task. The result is read as text
+// (taskColumns) and compared as a JSON value, as sqlitestore's.
+func outcomeRow(ctx context.Context, tx pgx.Tx, taskID int64) (*vigiltype.Task, *string, error) {
+	var failedBy *string
+	t, err := scanTask(scanAlso{tx.QueryRow(ctx,
+		`SELECT `+taskColumns+`, failed_by FROM tasks WHERE task_id = $1`, taskID), []any{&failedBy}})
+	if err != nil {
+		return nil, nil, interpretError(err) // ErrNotFound included
+	}
+	return t, failedBy, nil
+}
+
+// scanAlso scans its row into the destinations given and then into also:
+// scanTask reading a row with columns after taskColumns.
+type scanAlso struct {
+	row  rowScanner
+	also []any
+}
+
+func (s scanAlso) Scan(dest ...any) error { return s.row.Scan(append(dest, s.also...)...) }
+
 // leaseUpdate applies the SET clause set to the task held under l, guarded
 // by the whole lease predicate (id, running, owner, epoch), in one
 // transaction that then runs then. args bind set's parameters. A write that
-// matches no row is ErrNotFound when the task does not exist, else
-// ErrStaleEpoch; either way nothing changed and then does not run. A write
+// matches no row is ErrNotFound when the task does not exist, else repeat's
+// verdict (nil: ErrStaleEpoch); either way nothing changed and then does
+// not run. A write
 // racing a reclaim of the same task waits for it, then re-checks the
 // predicate against the reclaimed row and matches nothing.
-func (s *Store) leaseUpdate(ctx context.Context, op string, l store.TaskLease, then leaseThen, set string, args pgx.StrictNamedArgs) (*vigiltype.Task, error) {
+func (s *Store) leaseUpdate(ctx context.Context, op string, l store.TaskLease, then leaseThen, repeat repeatCheck, set string, args pgx.StrictNamedArgs) (*vigiltype.Task, error) {
 	args = maps.Clone(args)
 	args["task_id"] = l.TaskID
 	args["lease_owner"] = l.InstanceID
@@ -418,6 +481,10 @@ func (s *Store) leaseUpdate(ctx context.Context, op string, l store.TaskLease, t
 			WHERE task_id = @task_id AND status = 'running'
 				AND lease_owner = @lease_owner AND lease_epoch = @lease_epoch
 			RETURNING `+taskColumns, args))
+		if errors.Is(err, pgx.ErrNoRows) && repeat != nil {
+			task, err = repeat(ctx, tx, l)
+			return err
+		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			return taskRefusal(ctx, tx, l.TaskID)
 		}

@@ -22,7 +22,8 @@ const completeBatchSQL = `
 // TaskCompleteBatch implements store.Store: one IMMEDIATE transaction on the
 // writer running, per item in task id order, TaskComplete's guarded write
 // and (when it matched) its end of lease; an item that matched no row gets
-// TaskComplete's refusal as its own outcome.
+// TaskComplete's answer as its own outcome: the task as stored when it
+// repeats the complete its lease ended with, else the refusal.
 func (s *Store) TaskCompleteBatch(ctx context.Context, items []store.TaskCompleteParams) ([]store.TaskCompleteResult, error) {
 	results := make([]store.TaskCompleteResult, len(items))
 	if len(items) == 0 {
@@ -49,8 +50,13 @@ func (s *Store) TaskCompleteBatch(ctx context.Context, items []store.TaskComplet
 				sql.Named("lease_epoch", p.Epoch),
 			))
 			if errors.Is(err, sql.ErrNoRows) {
-				why := taskRefusal(ctx, tx, p.TaskID)
-				if !errors.Is(why, vigiltype.ErrNotFound) && !errors.Is(why, vigiltype.ErrStaleEpoch) {
+				task, why := repeatedComplete(p.Result)(ctx, tx, p.TaskLease)
+				if why == nil {
+					results[i].Task = task // a repeat of the complete its lease ended with
+					continue
+				}
+				if !errors.Is(why, vigiltype.ErrNotFound) && !errors.Is(why, vigiltype.ErrStaleEpoch) &&
+					!errors.Is(why, vigiltype.ErrOutcomeConflict) {
 					return fmt.Errorf("complete task %d: %w", p.TaskID, why)
 				}
 				results[i].Err = fmt.Errorf("complete task %d: %w", p.TaskID, why)

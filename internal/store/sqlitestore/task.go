@@ -30,11 +30,13 @@ var leaseExpiresSQL = sqlAddMS("@now", leaseWindowSQL)
 
 // claimSetSQL is the SET clause of a claim at @now by @instance_id
 // (store.Store.TaskClaim). heartbeat_schema_version is left as it is: it
-// tells which schema the task's last lease heartbeat used.
+// tells which schema the task's last lease heartbeat used. failed_by names
+// who failed the task at its current epoch, so the new epoch clears it.
 var claimSetSQL = `
 	status = 'running',
 	lease_owner = @instance_id,
 	lease_epoch = lease_epoch + 1,
+	failed_by = NULL,
 	started_at = @now,
 	last_heartbeat_at = @now,
 	last_activity_at = @now,
@@ -301,7 +303,7 @@ func (s *Store) TaskHeartbeat(ctx context.Context, p store.TaskHeartbeatParams) 
 	count := func(ctx context.Context, tx *sql.Tx, _ txStmts, l store.TaskLease) error {
 		return countHeartbeat(ctx, tx, l.InstanceID, p.SchemaVersion, now)
 	}
-	return s.leaseUpdate(ctx, "heartbeat", p.TaskLease, count, set, args...)
+	return s.leaseUpdate(ctx, "heartbeat", p.TaskLease, count, nil, set, args...)
 }
 
 // checkHeartbeat refuses a lease heartbeat whose schema version and
@@ -333,7 +335,9 @@ const completeSetSQL = `
 		updated_at = @now`
 
 // TaskComplete implements store.Store. A nil Result is stored as NULL; a
-// Result that is not valid JSON is refused before anything is written.
+// Result that is not valid JSON is refused before anything is written. A
+// complete that repeats the one its lease ended with answers with the task
+// as stored (repeatedComplete).
 func (s *Store) TaskComplete(ctx context.Context, p store.TaskCompleteParams) (*vigiltype.Task, error) {
 	var result any // NULL unless given
 	if p.Result != nil {
@@ -342,7 +346,7 @@ func (s *Store) TaskComplete(ctx context.Context, p store.TaskCompleteParams) (*
 		}
 		result = string(p.Result)
 	}
-	return s.leaseUpdate(ctx, "complete", p.TaskLease, endLease, completeSetSQL,
+	return s.leaseUpdate(ctx, "complete", p.TaskLease, endLease, repeatedComplete(p.Result), completeSetSQL,
 		sql.Named("now", timeString(p.Now)),
 		sql.Named("result", result),
 	)
@@ -350,10 +354,13 @@ func (s *Store) TaskComplete(ctx context.Context, p store.TaskCompleteParams) (*
 
 // TaskFail implements store.Store. A task going back to scheduled loses its
 // started_at; a dead-lettered one keeps it as the start of its last run.
+// failed_by keeps the holder, so that a fail that repeats this one answers
+// with the task as stored (repeatedFail) and counts nothing twice.
 func (s *Store) TaskFail(ctx context.Context, p store.TaskFailParams) (*vigiltype.Task, error) {
 	const dead = `attempts + 1 >= max_attempts`
-	return s.leaseUpdate(ctx, "fail", p.TaskLease, endLease, `
+	return s.leaseUpdate(ctx, "fail", p.TaskLease, endLease, repeatedFail(p.Error), `
 		attempts = attempts + 1,
+		failed_by = lease_owner,
 		status = CASE WHEN `+dead+` THEN 'dead_letter' ELSE 'scheduled' END,
 		run_after = CASE WHEN `+dead+` THEN run_after ELSE @retry_at END,
 		started_at = CASE WHEN `+dead+` THEN started_at ELSE NULL END,
@@ -369,7 +376,7 @@ func (s *Store) TaskFail(ctx context.Context, p store.TaskFailParams) (*vigiltyp
 
 // TaskRelease implements store.Store.
 func (s *Store) TaskRelease(ctx context.Context, p store.TaskReleaseParams) (*vigiltype.Task, error) {
-	return s.leaseUpdate(ctx, "release", p.TaskLease, endLease, `
+	return s.leaseUpdate(ctx, "release", p.TaskLease, endLease, nil, `
 		status = 'scheduled',
 		run_after = @now,
 		started_at = NULL,
@@ -396,12 +403,70 @@ func endLease(ctx context.Context, tx *sql.Tx, stmts txStmts, l store.TaskLease)
 	return err
 }
 
+// repeatCheck decides, in a lease write's transaction, a write under l that
+// matched no row: the task as stored when the write repeats the one its
+// lease ended with (DESIGN T8), else why it is refused.
+type repeatCheck func(ctx context.Context, tx *sql.Tx, l store.TaskLease) (*vigiltype.Task, error)
+
+// repeatedComplete is TaskComplete's repeatCheck (store.RepeatedComplete).
+func repeatedComplete(result json.RawMessage) repeatCheck {
+	return func(ctx context.Context, tx *sql.Tx, l store.TaskLease) (*vigiltype.Task, error) {
+		t, _, err := outcomeRow(ctx, tx, l.TaskID)
+		if err != nil {
+			return nil, err
+		}
+		if err := store.RepeatedComplete(t, l, result); err != nil {
+			return nil, err
+		}
+		return t, nil
+	}
+}
+
+// repeatedFail is TaskFail's repeatCheck (store.RepeatedFail).
+func repeatedFail(msg string) repeatCheck {
+	return func(ctx context.Context, tx *sql.Tx, l store.TaskLease) (*vigiltype.Task, error) {
+		t, failedBy, err := outcomeRow(ctx, tx, l.TaskID)
+		if err != nil {
+			return nil, err
+		}
+		if err := store.RepeatedFail(t, failedBy, l, msg); err != nil {
+			return nil, err
+		}
+		return t, nil
+	}
+}
+
+// outcomeRow reads a task and who failed it at its current epoch;
+// ErrNotFound when there is no such task.
+func outcomeRow(ctx context.Context, tx *sql.Tx, taskID int64) (*vigiltype.Task, *string, error) {
+	var failedBy sql.Null[string]
+	t, err := scanTask(scanAlso{tx.QueryRowContext(ctx,
+		`SELECT `+taskColumns+`, failed_by FROM tasks WHERE task_id = ?`, taskID), []any{&failedBy}})
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil, vigiltype.ErrNotFound
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return t, nullPtr(failedBy), nil
+}
+
+// scanAlso scans its row into the destinations given and then into also:
+// scanTask reading a row with columns after taskColumns.
+type scanAlso struct {
+	row  rowScanner
+	also []any
+}
+
+func (s scanAlso) Scan(dest ...any) error { return s.row.Scan(append(dest, s.also...)...) }
+
 // leaseUpdate applies the SET clause set to the task held under l, guarded
 // by the whole lease predicate (id, running, owner, epoch), in one
 // transaction that then runs then. args bind set's parameters. A write that
-// matches no row is ErrNotFound when the task does not exist, else
-// ErrStaleEpoch; either way nothing changed and then does not run.
-func (s *Store) leaseUpdate(ctx context.Context, op string, l store.TaskLease, then leaseThen, set string, args ...any) (*vigiltype.Task, error) {
+// matches no row is ErrNotFound when the task does not exist, else repeat's
+// verdict (nil: ErrStaleEpoch); either way nothing changed and then does
+// not run.
+func (s *Store) leaseUpdate(ctx context.Context, op string, l store.TaskLease, then leaseThen, repeat repeatCheck, set string, args ...any) (*vigiltype.Task, error) {
 	args = append(args,
 		sql.Named("task_id", l.TaskID),
 		sql.Named("lease_owner", l.InstanceID),
@@ -417,6 +482,10 @@ func (s *Store) leaseUpdate(ctx context.Context, op string, l store.TaskLease, t
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
 		task, err = scanTask(stmts.queryRow(ctx, tx, updateSQL, args...))
+		if errors.Is(err, sql.ErrNoRows) && repeat != nil {
+			task, err = repeat(ctx, tx, l)
+			return err
+		}
 		if errors.Is(err, sql.ErrNoRows) {
 			return taskRefusal(ctx, tx, l.TaskID)
 		}

@@ -55,7 +55,7 @@ func exerciseCompleteBatch(ctx context.Context, t *testing.T, newStore func(t *t
 			{TaskLease: notHeld, Now: now},                                        // another instance's lease
 			{TaskLease: leaseOf(held[2]), Result: json.RawMessage(`{`), Now: now}, // invalid JSON
 			{TaskLease: leaseOf(held[0]), Now: now},                               // good, no result
-			{TaskLease: leaseOf(held[3]), Result: json.RawMessage(`2`), Now: now}, // already completed above
+			{TaskLease: leaseOf(held[3]), Result: json.RawMessage(`2`), Now: now}, // already completed above, with another result
 		}
 		results, err := b.s.TaskCompleteBatch(ctx, items)
 		require.NoError(t, err)
@@ -69,7 +69,7 @@ func exerciseCompleteBatch(ctx context.Context, t *testing.T, newStore func(t *t
 		require.ErrorIs(t, results[4].Err, vigiltype.ErrInvalid)
 		requireTaskEqual(t, completedAs(held[0], nil, now), results[5].Task)
 		require.NoError(t, results[5].Err)
-		require.ErrorIs(t, results[6].Err, vigiltype.ErrStaleEpoch)
+		require.ErrorIs(t, results[6].Err, vigiltype.ErrOutcomeConflict)
 		for _, i := range []int{1, 2, 3, 4, 6} {
 			require.Nil(t, results[i].Task, "item %d", i)
 		}

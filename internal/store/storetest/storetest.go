@@ -37,6 +37,7 @@ func Exercise(ctx context.Context, t *testing.T, newStore func(t *testing.T) sto
 	t.Run("ClaimPick", func(t *testing.T) { exerciseClaimPick(ctx, t, newStore) })
 	t.Run("ClaimBatch", func(t *testing.T) { exerciseClaimBatch(ctx, t, newStore) })
 	t.Run("CompleteBatch", func(t *testing.T) { exerciseCompleteBatch(ctx, t, newStore) })
+	t.Run("RepeatedOutcome", func(t *testing.T) { exerciseRepeatedOutcome(ctx, t, newStore) })
 	t.Run("HeartbeatVersion", func(t *testing.T) { exerciseHeartbeatVersion(ctx, t, newStore) })
 	t.Run("Sweeper", func(t *testing.T) { exerciseSweeper(ctx, t, newStore) })
 	t.Run("Agent", func(t *testing.T) { exerciseAgent(ctx, t, newStore) })

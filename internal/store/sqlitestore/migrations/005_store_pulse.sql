@@ -1,4 +1,4 @@
--- 004_store_pulse: the store's own pulse, for the outage grace (DESIGN L8).
+-- 005_store_pulse: the store's own pulse, for the outage grace (DESIGN L8).
 -- Additive only.
 --
 -- One row (id 1): pulsed_at is the latest time a server wrote the store (it

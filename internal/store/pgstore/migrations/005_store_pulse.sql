@@ -1,5 +1,5 @@
--- 004_store_pulse: the store's own pulse, for the outage grace (DESIGN L8).
--- Additive only. The same version and name as sqlitestore's 004_store_pulse,
+-- 005_store_pulse: the store's own pulse, for the outage grace (DESIGN L8).
+-- Additive only. The same version and name as sqlitestore's 005_store_pulse,
 -- in PostgreSQL's types.
 --
 -- One row (id 1): pulsed_at is the latest time a server wrote the store (it
