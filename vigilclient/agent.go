@@ -399,6 +399,13 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// storeUnavailable reports whether err is the server's 503 unavailable:
+// the server answered, and its store could not be reached. Heartbeats so
+// answered count toward neither fencing nor losing a lease, because the
+// server gives every instance and lease a full window once its store is
+// back (DESIGN L8).
+func storeUnavailable(err error) bool { return errors.Is(err, vigiltype.ErrUnavailable) }
+
 // instanceGone reports whether err means the server will never again accept
 // work from the instance: it was pruned, exited, or the token is not its.
 func instanceGone(err error) bool {
@@ -472,8 +479,17 @@ func (r *runner) livenessLoop(ctx context.Context, registeredSent time.Time) {
 			if fenced || res.inst.ID != cur.ID {
 				continue // a late answer for an instance already fenced
 			}
-			if res.err == nil {
-				failures = 0
+			if res.err == nil || storeUnavailable(res.err) {
+				// A 503 unavailable is as good as an accepted heartbeat for
+				// the fence: the server is up and its store is away, so no
+				// one can judge this instance until the store is back, and
+				// then the server gives it a full alive window (DESIGN L8).
+				if res.err != nil {
+					r.log.Warn("liveness heartbeat not recorded: the server's store is unavailable; not fenced, the server gives a full window once it is back",
+						"instance_id", cur, "err", res.err)
+				} else {
+					failures = 0
+				}
 				if res.sent.After(lastAccepted) {
 					lastAccepted = res.sent
 					fenceTimer.Reset(time.Until(lastAccepted.Add(window)))
@@ -837,7 +853,13 @@ func (r *runner) keepLease(ctx context.Context, lease Lease, window time.Duratio
 
 		case b := <-results:
 			switch {
-			case b.err == nil:
+			case b.err == nil || storeUnavailable(b.err):
+				// A 503 unavailable keeps the lease as an accepted renewal
+				// does: the server renews every lease alive before the
+				// outage for a full window once its store is back (DESIGN L8).
+				if b.err != nil {
+					log.Warn("lease heartbeat not recorded: the server's store is unavailable; the lease is kept, the server renews it once the store is back", "err", b.err)
+				}
 				if w, ok := leaseWindow(b.task); ok {
 					window, known = w, true
 				}

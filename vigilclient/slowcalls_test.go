@@ -2,6 +2,7 @@ package vigilclient_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -86,4 +87,86 @@ func TestAgentKeepsLeaseWhenHeartbeatsAreSlowerThanTheInterval(t *testing.T) {
 	close(finish)
 	waitFor(t, "completion", func() bool { return b.task(t, task.TaskID).Status == vigiltype.TaskCompleted })
 	require.Equal(t, claimed.LeaseEpoch, b.task(t, task.TaskID).LeaseEpoch)
+}
+
+// storeDown answers every heartbeat (liveness and lease) with the server's
+// 503 unavailable while down is set, as a server whose store is away does.
+type storeDown struct {
+	next http.RoundTripper
+	down atomic.Bool
+	seen atomic.Int32
+}
+
+func (s *storeDown) RoundTrip(req *http.Request) (*http.Response, error) {
+	if s.down.Load() && strings.HasSuffix(req.URL.Path, "/heartbeat") {
+		s.seen.Add(1)
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		body := `{"error":{"code":"unavailable","message":"the store is unavailable; retry"}}`
+		return &http.Response{
+			StatusCode: http.StatusServiceUnavailable, Status: "503 Service Unavailable",
+			Header:  http.Header{"Content-Type": {"application/json"}, "Retry-After": {"2"}},
+			Body:    io.NopCloser(strings.NewReader(body)),
+			Request: req, ProtoMajor: 1, ProtoMinor: 1,
+		}, nil
+	}
+	return s.next.RoundTrip(req)
+}
+
+// Heartbeats answered 503 unavailable for longer than the alive window
+// neither fence the agent nor lose its lease: the server cannot judge it
+// while its store is away and gives it a full window once it is back
+// (DESIGN L8; issue #12 case 1, where every worker fenced itself, handed
+// its task back and it ran twice).
+//
+// The 503s are made in front of a real server whose store is up, so its
+// reclaimer is held off (an hour between passes) to stand for the grace
+// the server gives after a real outage (internal/daemon and internal/e2e
+// test that side).
+func TestAgentRidesOutAStoreOutage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testserver.WithSweepInterval(time.Hour))
+	down := &storeDown{next: &http.Transport{}}
+	hc := &http.Client{Transport: down, Timeout: 10 * time.Second}
+	t.Cleanup(hc.CloseIdleConnections)
+	client, err := vigilclient.New([]string{b.srv.URL}, vigilclient.WithHTTPClient(hc))
+	require.NoError(t, err)
+
+	finish := make(chan struct{})
+	causes := make(chan error, 1)
+	a := b.agent("outage", map[string]vigilclient.Handler{
+		"long": func(ctx context.Context, task *vigilclient.Task) (any, error) {
+			select {
+			case <-finish:
+				return "done", nil
+			case <-ctx.Done():
+				causes <- context.Cause(ctx)
+				return nil, context.Cause(ctx)
+			}
+		},
+	}, vigilclient.Settings{LivenessInterval: 100 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, PollInterval: 20 * time.Millisecond})
+	a.Client = client
+	a.DrainGrace = time.Second
+	task := b.enqueue(t, vigilclient.EnqueueParams{TaskType: "long", LeaseTimeout: time.Second})
+	start(t, a)
+	waitFor(t, "the claim", func() bool { return b.task(t, task.TaskID).Status == vigiltype.TaskRunning })
+	inst := a.InstanceID()
+
+	// Three alive windows (300ms) and the lease window (1s) twice over.
+	down.down.Store(true)
+	waitFor(t, "2s of 503s", func() bool { return down.seen.Load() >= 40 })
+	select {
+	case cause := <-causes:
+		t.Fatalf("handler cancelled during the store outage: %v", cause)
+	default:
+	}
+	require.Equal(t, inst, a.InstanceID(), "not fenced: no re-registration")
+	down.down.Store(false)
+
+	close(finish)
+	waitFor(t, "completion", func() bool { return b.task(t, task.TaskID).Status == vigiltype.TaskCompleted })
+	got := b.task(t, task.TaskID)
+	require.Equal(t, inst, *got.CompletedBy)
+	require.Zero(t, got.Reclaims)
 }

@@ -29,6 +29,10 @@ const (
 
 // Pulser writes the store's pulse (store.StorePulse) once a pass: the
 // daemon runs it as the "store_pulse" sweeper every PulseIntervalDefault.
+// When its store is a store.OutageWitness that saw the store unavailable
+// since the last pulse (a call this server answered 503), the next pulse
+// counts the interval as an outage whatever its length: an agent that was
+// told 503 may rely on the grace (the SDKs do).
 // It logs each outage it finds and each batch of rows dated in the future
 // it judged not heard from, once.
 type Pulser struct {
@@ -40,6 +44,7 @@ type Pulser struct {
 	mu          sync.Mutex
 	lastFuture  time.Time // local monotonic reading of the last future check
 	checkedOnce bool
+	witnessed   uint64 // store.OutageWitness count at the last pulse written
 }
 
 // NewPulser returns a Pulser that counts a gap longer than gap (> 0) as an
@@ -56,13 +61,25 @@ func (p *Pulser) Gap() time.Duration { return p.gap }
 func (p *Pulser) Pass(ctx context.Context) (int, error) {
 	p.mu.Lock()
 	checkFuture := !p.checkedOnce || time.Since(p.lastFuture) >= FutureCheckInterval
+	witnessed := p.witnessed
 	p.mu.Unlock()
+	// This server answered some call 503 since its last pulse: a heartbeat
+	// it refused so may have been lost, however short the gap.
+	var seen uint64
+	w, hasWitness := p.store.(store.OutageWitness)
+	if hasWitness {
+		seen = w.UnavailableSeen()
+	}
 	res, err := p.store.StorePulse(ctx, store.StorePulseParams{
 		Now: p.clock.Now(), Gap: p.gap, FutureTolerance: vigiltype.FutureTolerance, CheckFuture: checkFuture,
+		Force: hasWitness && seen != witnessed,
 	})
 	if err != nil {
 		return 0, err
 	}
+	p.mu.Lock()
+	p.witnessed = seen
+	p.mu.Unlock()
 	if checkFuture {
 		p.mu.Lock()
 		p.checkedOnce, p.lastFuture = true, time.Now()

@@ -360,6 +360,11 @@ type StorePulseParams struct {
 	Now             time.Time
 	Gap             time.Duration
 	FutureTolerance time.Duration
+	// Force counts the interval since the previous pulse as an outage
+	// however short it is: the server saw the store unavailable in it
+	// (OutageWitness), so a heartbeat it answered with 503 may have been
+	// lost.
+	Force bool
 	// CheckFuture asks for the future-dated rows check, which reads every
 	// instance not exited: the daemon asks on its first pulse and once a
 	// minute. A pulse that finds the clock stepped back (the previous

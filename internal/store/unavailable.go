@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/vigil-fleet/vigil/vigiltype"
@@ -34,9 +35,21 @@ func (e *unavailableError) Unwrap() []error { return []error{vigiltype.ErrUnavai
 // unavailableStore is WithUnavailable's wrapper; every method is the
 // wrapped store's, its error passed through check.
 type unavailableStore struct {
-	s  Store
-	is func(error) bool
+	s    Store
+	is   func(error) bool
+	seen atomic.Uint64 // errors marked unavailable so far
 }
+
+// OutageWitness is implemented by a store that counts the errors it marked
+// vigiltype.ErrUnavailable (WithUnavailable's wrapper): a change of the
+// count tells the pulse that this server saw the store away, however short
+// the gap in the pulse (DESIGN L8).
+type OutageWitness interface {
+	UnavailableSeen() uint64
+}
+
+// UnavailableSeen implements OutageWitness.
+func (u *unavailableStore) UnavailableSeen() uint64 { return u.seen.Load() }
 
 var _ Store = (*unavailableStore)(nil)
 
@@ -45,6 +58,7 @@ func (u *unavailableStore) check(err error) error {
 	if err == nil || errors.Is(err, vigiltype.ErrUnavailable) || !u.is(err) {
 		return err
 	}
+	u.seen.Add(1)
 	return &unavailableError{err: err}
 }
 

@@ -1,6 +1,7 @@
 """The Agent runtime in this process against a real `vigil serve`."""
 
 import threading
+import time
 import unittest
 from typing import Any, Dict, List, Optional
 
@@ -318,3 +319,69 @@ class AgentOutcomeTest(AgentTestCase):
         done = c.get_task(queued["task_id"])
         self.assertEqual((done["status"], done["result"]), ("completed", {"n": queued["task_id"]}))
         self.assertFalse(self.records.has("lease lost"), self.records.text())
+
+
+class StoreDownClient(Client):
+    """A Client whose heartbeats (liveness and lease) are answered 503
+    ``unavailable`` while ``down`` is set, as by a server whose store is
+    away."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.down = threading.Event()
+        self.refused = 0
+        self._mu = threading.Lock()
+
+    def _refuse(self, op: str) -> None:
+        from vigil_client import VigilError
+
+        with self._mu:
+            self.refused += 1
+        raise VigilError("the store is unavailable; retry later", status=503, code="unavailable", op=op)
+
+    def process_heartbeat(self, *args: Any, **kw: Any) -> Any:
+        if self.down.is_set():
+            self._refuse("heartbeat process")
+        return super().process_heartbeat(*args, **kw)
+
+    def task_heartbeat(self, *args: Any, **kw: Any) -> Any:
+        if self.down.is_set():
+            self._refuse("heartbeat task")
+        return super().task_heartbeat(*args, **kw)
+
+
+class AgentStoreOutageTest(AgentTestCase):
+    """Heartbeats answered 503 unavailable neither fence the agent nor lose
+    its lease: the server gives a full window once its store is back
+    (DESIGN L8, issue #12 case 1). The server's reclaimer is held off (an
+    hour between passes) to stand for that grace, since its store is up."""
+
+    def test_agent_rides_out_a_store_outage(self):
+        url = self.start_server("--sweep-interval", "1h")
+        c = Client(url)
+        finish = threading.Event()
+        cancelled: List[BaseException] = []
+
+        def work(task: Task) -> str:
+            while not finish.is_set():
+                if task.cancelled.is_set():
+                    cancelled.append(task.cancel_cause or RuntimeError("cancelled"))
+                    raise task.cancel_cause or RuntimeError("cancelled")
+                time.sleep(0.02)
+            return "done"
+
+        down = StoreDownClient(url)
+        agent = self.run_agent(url, {"work": work}, client=down)
+        inst = agent.instance_id
+        queued = c.enqueue("work", lease_timeout=1)
+        self.wait_status(c, queued["task_id"], "running")
+        down.down.set()
+        # Three alive windows (0.9s) and the lease window (1s) twice over.
+        eventually(30, "2s of 503s", lambda: down.refused >= 20)
+        down.down.clear()
+        self.assertEqual(cancelled, [], "the handler ran on")
+        self.assertEqual(agent.instance_id, inst, "not fenced: no re-registration")
+        finish.set()
+        done = self.wait_status(c, queued["task_id"], "completed")
+        self.assertEqual(done["completed_by"], inst)
+        self.assertEqual(done["reclaims"], 0)

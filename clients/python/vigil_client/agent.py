@@ -70,6 +70,7 @@ from .errors import (
     OutcomeConflictError,
     VigilError,
     is_instance_gone,
+    is_store_unavailable,
 )
 from .settings import Settings, SettingsError, settings_from_env
 
@@ -529,8 +530,22 @@ class _Runner:
                     _, inst, sent, err = item
                     cur, fenced = self.current()
                     if not fenced and inst.id == cur.id:  # else a late answer for a fenced instance
-                        if err is None:
-                            failures = 0
+                        if err is None or is_store_unavailable(err):
+                            # A 503 unavailable is as good as an accepted
+                            # heartbeat for the fence: nobody can judge this
+                            # instance while the store is away, and the
+                            # server gives it a full window once it is back.
+                            if err is None:
+                                failures = 0
+                            else:
+                                self.log.warning(
+                                    _fmt(
+                                        "liveness heartbeat not recorded: the server's store is unavailable; not fenced",
+                                        kind=self.kind,
+                                        instance_id=cur,
+                                        err=err,
+                                    )
+                                )
                             if sent > last_accepted:
                                 last_accepted = sent
                                 fence_at = last_accepted + window
@@ -831,6 +846,13 @@ class _Runner:
                         self.log.warning(_fmt("handler cancelled: instance fenced", reason=cause, **f))
                 else:
                     _, row, sent, err, received = item
+                    if err is not None and is_store_unavailable(err):
+                        # The server renews every lease alive before the
+                        # outage once its store is back (DESIGN L8).
+                        self.log.warning(
+                            _fmt("lease heartbeat not recorded: the server's store is unavailable; the lease is kept", err=err, **f)
+                        )
+                        row, err = None, None
                     if err is None:
                         w, ok = decide.lease_window(row)
                         if ok:

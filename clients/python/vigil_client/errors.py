@@ -176,6 +176,14 @@ def is_instance_gone(err: BaseException) -> bool:
     )
 
 
+def is_store_unavailable(err: Optional[BaseException]) -> bool:
+    """Whether err is the server's 503 ``unavailable``: the server answered
+    and its store could not be reached. Heartbeats so answered count toward
+    neither fencing nor losing a lease: the server gives every instance and
+    lease a full window once its store is back (DESIGN L8)."""
+    return isinstance(err, VigilError) and err.status == 503 and err.code == CODE_UNAVAILABLE
+
+
 def is_transient(err: Optional[BaseException]) -> bool:
     """Whether a failed call may succeed if sent again (see VigilError.transient)."""
     if isinstance(err, VigilError):

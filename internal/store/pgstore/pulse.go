@@ -55,7 +55,7 @@ func pulseTx(ctx context.Context, tx pgx.Tx, p store.StorePulseParams) (*store.S
 			checkFuture = true // the clock stepped back past the tolerance
 		}
 		args := pgx.StrictNamedArgs{"now": now, "prev": prev}
-		if p.Gap > 0 && now.Sub(prev) > p.Gap {
+		if (p.Gap > 0 && now.Sub(prev) > p.Gap) || (p.Force && now.After(prev)) {
 			checkFuture = true
 			tag, err := tx.Exec(ctx, `
 				UPDATE processes SET alive_until = `+aliveUntilSQL+`

@@ -55,7 +55,7 @@ func pulseTx(ctx context.Context, tx *sql.Tx, p store.StorePulseParams) (*store.
 		if prev.After(now.Add(tol)) {
 			checkFuture = true // the clock stepped back past the tolerance
 		}
-		if p.Gap > 0 && now.Sub(prev) > p.Gap {
+		if (p.Gap > 0 && now.Sub(prev) > p.Gap) || (p.Force && now.After(prev)) {
 			checkFuture = true
 			r, err := tx.ExecContext(ctx, `
 				UPDATE processes SET alive_until = `+aliveUntilSQL+`

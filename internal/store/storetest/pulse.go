@@ -106,6 +106,22 @@ func exercisePulse(ctx context.Context, t *testing.T, newStore func(t *testing.T
 			"a store written every second gives no grace")
 	})
 
+	// A server that answered 503 since its last pulse forces the grace
+	// however short the gap: a heartbeat it refused may have been lost.
+	t.Run("ForcedPulseGivesGraceForAShortGap", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+		b.pulse(t, at(0))
+		proc := b.register(t, store.ProcessRegisterParams{LivenessIntervalS: 0.5, Now: at(0)}) // window 1.5s
+		res, err := b.s.StorePulse(b.ctx, store.StorePulseParams{Now: at(time.Second), Gap: pulseGap, Force: true})
+		require.NoError(t, err)
+		require.Equal(t, int64(1), res.GraceProcesses)
+		require.Equal(t, at(0), res.OutageFrom)
+		p := b.get(t, proc.InstanceID, at(2*time.Second))
+		require.Equal(t, vigiltype.ProcessAlive, p.Status)
+		require.Equal(t, at(2500*time.Millisecond), *p.GraceUntil)
+	})
+
 	// DESIGN L9: a heartbeat dated in the future does not keep an
 	// instance alive, nor its lease, and prune can remove it.
 	t.Run("FutureRowsAreNotHeardFrom", func(t *testing.T) {
