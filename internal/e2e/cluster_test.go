@@ -134,7 +134,11 @@ type pgCluster struct {
 	dataDir string
 	logFile string // the server's output: never our pipe, which it would hold open
 	port    int
+	opts    string // the server's options (port, socket directory), for a start after a stop
 }
+
+// start starts the stopped server again on its port.
+func (c *pgCluster) start() { c.ctl("-o", c.opts, "-w", "start") }
 
 func (c *pgCluster) ctl(args ...string) {
 	c.t.Helper()
@@ -177,8 +181,8 @@ func startPrivatePostgres(t *testing.T) *pgCluster {
 	out, err := exec.Command("runuser", "-u", "postgres", "--", bins[0], "-D", c.dataDir,
 		"-A", "trust", "-U", "postgres", "--no-sync").CombinedOutput()
 	require.NoError(t, err, "initdb: %s", out)
-	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=on -c synchronous_commit=on", port, dir)
-	c.ctl("-o", opts, "-w", "start")
+	c.opts = fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=on -c synchronous_commit=on", port, dir)
+	c.start()
 	t.Cleanup(func() {
 		_ = exec.Command("runuser", "-u", "postgres", "--", filepath.Join(c.bin, "pg_ctl"), "-D", c.dataDir, "-m", "immediate", "-w", "stop").Run()
 		os.RemoveAll(dir)
