@@ -544,7 +544,6 @@ var reclaimReasonSQL = `CASE WHEN ` + holderStoppedSQL + `
 // tasks_reclaim_idx, so it reads the running tasks only until it has Limit
 // of them instead of sorting every one (issue #6).
 func (s *Store) TaskReclaim(ctx context.Context, p store.TaskReclaimParams) ([]*vigiltype.Task, error) {
-	const dead = `reclaims + 1 > max_reclaims`
 	if p.Pulse != nil {
 		// The pulse and the reclaim in one transaction: no lease is taken
 		// back for liveness a store outage kept from being written.
