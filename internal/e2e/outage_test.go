@@ -37,9 +37,13 @@ func requireEachRanOnce(t *testing.T, tasks []vigiltype.Task, noFailures bool) {
 	require.Len(t, tasks, outageTasks, "no task lost or duplicated")
 	requireResultsAreTheCompleters(t, tasks)
 	for _, task := range tasks {
-		require.Zero(t, task.Reclaims, "task %d reclaimed (%s)", task.TaskID, task.LastError)
+		why := ""
+		if task.LastError != nil {
+			why = *task.LastError
+		}
+		require.Zero(t, task.Reclaims, "task %d reclaimed (%s)", task.TaskID, why)
 		if noFailures {
-			require.Zero(t, task.Attempts, "task %d failed and ran again (%s)", task.TaskID, task.LastError)
+			require.Zero(t, task.Attempts, "task %d failed and ran again (%s)", task.TaskID, why)
 		}
 	}
 }
