@@ -175,6 +175,7 @@ func checkBackoff(b supervisor.BackoffPolicy) error {
 type stallFlags struct {
 	after, every    time.Duration
 	pendingApproval string
+	approvalTimeout time.Duration
 	off             bool
 	budget          int
 	window          time.Duration
@@ -185,7 +186,9 @@ func (f *stallFlags) register(fs *pflag.FlagSet) {
 		"a task running longer than this is stalled: its agent is killed and restarted, the task taken back (DESIGN S4)")
 	fs.DurationVar(&f.every, "stall-check", supervisor.StallCheckDefault, "how often to look for stalled tasks")
 	fs.StringVar(&f.pendingApproval, "pending-approval-cmd", "",
-		"shell command asked before any stall kill: exit 0 = an approval is pending, kill nothing")
+		"command asked before any stall kill: exit 0 = an approval is pending (kill nothing), exit 1 = none; any other exit, a signal, a missing command or one still running after --pending-approval-timeout is a failed check, which fails open (kill nothing, logged and counted in vigil_stall_approval_check_failures_total). Run directly, or through sh -c when it uses shell syntax")
+	fs.DurationVar(&f.approvalTimeout, "pending-approval-timeout", supervisor.PendingApprovalTimeoutDefault,
+		"how long one --pending-approval-cmd run may take before it is killed and counts as a failed check")
 	fs.BoolVar(&f.off, "no-stall-kill", false, "turn stall detection off")
 	fs.IntVar(&f.budget, "stall-kill-budget", supervisor.StallKillBudgetDefault,
 		"at most this many stall kills per --stall-kill-window across the fleet; past it stalls are recorded as deferred")
@@ -202,6 +205,8 @@ func (f *stallFlags) check() error {
 		return fmt.Errorf("--stall-kill-budget must be at least 1, got %d", f.budget)
 	case f.window <= 0:
 		return fmt.Errorf("--stall-kill-window must be positive, got %s", f.window)
+	case f.approvalTimeout < 10*time.Millisecond:
+		return fmt.Errorf("--pending-approval-timeout must be at least 10ms, got %s", f.approvalTimeout)
 	}
 	return nil
 }
@@ -215,7 +220,7 @@ func (f *stallFlags) config(source supervisor.StallSource,
 	c := &supervisor.StallConfig{Source: source, After: f.after, Every: f.every, Budget: f.budget, Window: f.window,
 		Holder: holder, Host: hostname()}
 	if f.pendingApproval != "" {
-		c.PendingApproval = supervisor.PendingApprovalCommand([]string{"sh", "-c", f.pendingApproval})
+		c.PendingApproval = supervisor.PendingApprovalCommand(supervisor.ApprovalArgv(f.pendingApproval), f.approvalTimeout)
 	}
 	return c
 }

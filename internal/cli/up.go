@@ -99,6 +99,7 @@ Fleet file:
 							return procs, err
 						}, d.Liveness.Get)
 					c.Restarted, c.StallKilled = d.Metrics.Restarted, d.Metrics.StallKilled // vigil_restarts_total, vigil_stall_kills_total
+					c.ApprovalCheckFailed = d.Metrics.ApprovalCheckFailed                   // vigil_stall_approval_check_failures_total
 					return c
 				},
 				list: func(ctx context.Context) ([]vigiltype.Agent, error) {

@@ -2,8 +2,12 @@ package e2e
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -109,4 +113,42 @@ func waitRunning(t *testing.T, url string, id int64) {
 	eventually(t, 30*time.Second, "the task to be claimed", func() bool {
 		return task(t, url, id).Status == vigiltype.TaskRunning
 	})
+}
+
+// A pending-approval check that fails — its command missing, or still
+// running at --pending-approval-timeout — fails open: nothing is
+// stall-killed, and each failure is logged and counted (issue #14: through
+// sh -c a missing command exited 127, counted as "none pending", and the
+// stall kill went ahead; a hanging one held the check loop for good).
+func TestFailedApprovalCheckFailsOpen(t *testing.T) {
+	t.Parallel()
+	for name, flags := range map[string][]string{
+		"missing": {"--pending-approval-cmd", "/nonexistent/approvals --pending"},
+		"hanging": {"--pending-approval-cmd", "sleep 600", "--pending-approval-timeout", "200ms"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			url, up := startUp(t, "waiting", append([]string{"--stall-after", "1s", "--stall-check", "100ms"}, flags...)...)
+			queued := enqueue(t, url, `{"seconds":600}`)
+			waitRunning(t, url, queued.TaskID)
+			eventually(t, 60*time.Second, "three failed approval checks", func() bool {
+				return strings.Count(up.out.String(), "pending-approval check failed; failing open") >= 3
+			})
+			require.Zero(t, countKind(events(t, url), vigiltype.EventStallKill))
+			running := task(t, url, queued.TaskID)
+			require.Equal(t, vigiltype.TaskRunning, running.Status)
+			require.Zero(t, running.Reclaims)
+
+			resp, err := http.Get(url + "/metrics")
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			m := regexp.MustCompile(`(?m)^vigil_stall_approval_check_failures_total (\d+)`).FindSubmatch(body)
+			require.NotNil(t, m, "the failures are counted")
+			n, err := strconv.Atoi(string(m[1]))
+			require.NoError(t, err)
+			require.GreaterOrEqual(t, n, 3)
+		})
+	}
 }

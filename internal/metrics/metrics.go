@@ -47,6 +47,11 @@ type Metrics struct {
 	// by agent; a stall deferred by the kill budget is not one. See
 	// StallKilled.
 	StallKills *prometheus.CounterVec
+	// ApprovalCheckFailures counts an in-process supervisor's
+	// pending-approval checks that failed (a missing or hung command, an
+	// exit code other than 0 or 1) and so failed open. See
+	// ApprovalCheckFailed.
+	ApprovalCheckFailures prometheus.Counter
 }
 
 // New builds the collectors; the processes gauge reads st at scrape time
@@ -85,12 +90,20 @@ func New(st store.Store, clk clock.Clock, logger *slog.Logger) *Metrics {
 			Name: "vigil_stall_kills_total",
 			Help: "Agent processes killed by the supervisor for a task running past stall_after, by agent.",
 		}, []string{"agent"}),
+		ApprovalCheckFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "vigil_stall_approval_check_failures_total",
+			Help: "Pending-approval checks that failed (missing or hung command, exit code other than 0 or 1); each failed open: no stall kill.",
+		}),
 	}
-	m.registry.MustRegister(m.Heartbeats, m.LeasesClaimed, m.LeasesReclaimed, m.Events, m.HTTP, m.Restarts, m.StallKills,
+	m.registry.MustRegister(m.Heartbeats, m.LeasesClaimed, m.LeasesReclaimed, m.Events, m.HTTP, m.Restarts, m.StallKills, m.ApprovalCheckFailures,
 		&processCollector{store: st, clock: clk, logger: logger},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
+
+// ApprovalCheckFailed counts one failed pending-approval check: the
+// signature of supervisor.Config.ApprovalCheckFailed.
+func (m *Metrics) ApprovalCheckFailed() { m.ApprovalCheckFailures.Inc() }
 
 // Restarted counts one restart of agent: the signature of
 // supervisor.Config.Restarted.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strings"
 	"time"
 
 	"github.com/vigil-fleet/vigil/vigiltype"
@@ -132,22 +133,55 @@ func (b *killBudget) take(now time.Time) bool {
 	return true
 }
 
-// PendingApprovalCommand returns a PendingApproval check that runs argv:
-// exit 0 means an approval is pending, any other exit code means none, and
-// a command that cannot run (or is killed) is an error — which fails open.
-func PendingApprovalCommand(argv []string) func(ctx context.Context) (bool, error) {
+// PendingApprovalTimeoutDefault bounds one run of the pending-approval
+// command; a command still running then is a read failure (fail open).
+const PendingApprovalTimeoutDefault = 10 * time.Second
+
+// PendingApprovalCommand returns a PendingApproval check that runs argv,
+// killed after timeout (PendingApprovalTimeoutDefault when 0): exit 0 means
+// an approval is pending, exit 1 that none is; anything else — another exit
+// code (127: command not found), a signal, a command that cannot start or
+// outlives the timeout — is a read failure, returned as an error, which
+// fails open: no stall kill (DESIGN S4, issue #14).
+func PendingApprovalCommand(argv []string, timeout time.Duration) func(ctx context.Context) (bool, error) {
+	if timeout <= 0 {
+		timeout = PendingApprovalTimeoutDefault
+	}
 	return func(ctx context.Context) (bool, error) {
-		err := exec.CommandContext(ctx, argv[0], argv[1:]...).Run()
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd.WaitDelay = time.Second // a grandchild holding its output open does not hold the check
+		err := cmd.Run()
 		var exit *exec.ExitError
 		switch {
 		case err == nil:
 			return true, nil
-		case errors.As(err, &exit) && exit.Exited():
+		case ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+			return false, fmt.Errorf("pending-approval command %q: still running after %s", argv[0], timeout)
+		case errors.As(err, &exit) && exit.Exited() && exit.ExitCode() == 1:
 			return false, nil
+		case errors.As(err, &exit) && exit.Exited():
+			return false, fmt.Errorf("pending-approval command %q: exit status %d (0 = pending, 1 = not pending)", argv[0], exit.ExitCode())
 		}
 		return false, fmt.Errorf("pending-approval command %q: %w", argv[0], err)
 	}
 }
+
+// ApprovalArgv is the argv that runs the pending-approval command line:
+// its words, executed directly, when it is a plain command with arguments;
+// `sh -c LINE` only when it needs a shell (quotes, pipes, redirections,
+// variables, globs and the like), so a missing program is reported as such
+// (exec's error) rather than as the shell's exit 127.
+func ApprovalArgv(line string) []string {
+	if strings.ContainsAny(line, shellChars) {
+		return []string{"sh", "-c", line}
+	}
+	return strings.Fields(line)
+}
+
+// shellChars are the characters that make a command line need a shell.
+const shellChars = "|&;<>()$`\\\"'*?[]#~=%{}!\n"
 
 // stallLoop checks for stalls every StallConfig.Every until ctx ends.
 func (s *Supervisor) stallLoop(ctx context.Context) {
@@ -190,7 +224,8 @@ func (s *Supervisor) checkStalls(ctx context.Context) {
 	if s.stall.PendingApproval != nil {
 		pending, err := s.stall.PendingApproval(ctx)
 		if err != nil {
-			s.logger.Warn("stall check: pending-approval check failed; killing nothing", "err", err)
+			s.approvalFailed()
+			s.logger.Warn("stall check: pending-approval check failed; failing open, killing nothing", "err", err)
 			s.testSignals.stallChecked.signal(0)
 			return
 		}

@@ -140,14 +140,45 @@ func TestSupervisorStallKillSuppressed(t *testing.T) {
 }
 
 func TestPendingApprovalCommand(t *testing.T) {
-	pending, err := PendingApprovalCommand([]string{"true"})(t.Context())
+	t.Parallel()
+	check := func(line string, timeout time.Duration) (bool, error) {
+		return PendingApprovalCommand(ApprovalArgv(line), timeout)(t.Context())
+	}
+	pending, err := check("true", 0)
 	require.NoError(t, err)
 	require.True(t, pending, "exit 0 means pending")
-	pending, err = PendingApprovalCommand([]string{"sh", "-c", "exit 1"})(t.Context())
+	pending, err = check("false", 0)
 	require.NoError(t, err)
-	require.False(t, pending)
-	_, err = PendingApprovalCommand([]string{"/nonexistent/check"})(t.Context())
-	require.Error(t, err, "a command that cannot run is an error, which fails open")
+	require.False(t, pending, "exit 1 means none pending")
+
+	// Every other outcome is a failed read, which fails open (issue #14:
+	// through sh -c a missing command exited 127 and counted as "none
+	// pending", so the stall kill went ahead; a hanging one had no timeout).
+	for _, tc := range []struct{ line, want string }{
+		{"/nonexistent/check", "no such file"},
+		{"/nonexistent/check --flag", "no such file"},
+		{"true; exit 127", "exit status 127"},
+		{"true; exit 2", "exit status 2"},
+		{"kill -9 $$", "signal: killed"},
+		{"sleep 30", "still running after 200ms"},
+	} {
+		pending, err := check(tc.line, 200*time.Millisecond)
+		require.ErrorContains(t, err, tc.want, tc.line)
+		require.False(t, pending, tc.line)
+	}
+}
+
+func TestApprovalArgv(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, []string{"/usr/local/bin/approvals", "--pending"}, ApprovalArgv("  /usr/local/bin/approvals  --pending "))
+	require.Equal(t, []string{"check"}, ApprovalArgv("check"))
+	for _, line := range []string{"test -f /tmp/x && true", "grep -q x file | wc", "echo $HOME", `check "a b"`, "ls *.lock", "exit 1"} {
+		want := []string{"sh", "-c", line}
+		if line == "exit 1" {
+			want = []string{"exit", "1"} // a plain argv: exec reports the missing program, a failed check
+		}
+		require.Equal(t, want, ApprovalArgv(line), line)
+	}
 }
 
 // waitStallCheck waits for a stall check whose kill count satisfies ok.

@@ -106,6 +106,9 @@ type Config struct {
 	// never its first launch — and of each stall kill. They must not block.
 	Restarted   func(agent string)
 	StallKilled func(agent string)
+	// ApprovalCheckFailed, when set, is told of each pending-approval
+	// check that failed (and so failed open: no stall kill). Must not block.
+	ApprovalCheckFailed func()
 }
 
 // EventSink records the supervisor's process events.
@@ -173,6 +176,7 @@ type Supervisor struct {
 	host       string
 	// restarted and stallKilled are Config's metrics hooks; never nil.
 	restarted, stallKilled func(agent string)
+	approvalFailed         func()
 	stall                  StallConfig // Source nil: no stall detection
 	// stallBudget and stallDeferred belong to the stall loop's goroutine.
 	stallBudget   *killBudget
@@ -304,6 +308,10 @@ func New(cfg Config) (*Supervisor, error) {
 		sup.host, _ = os.Hostname()
 	}
 	sup.restarted, sup.stallKilled = orNop(cfg.Restarted), orNop(cfg.StallKilled)
+	sup.approvalFailed = cfg.ApprovalCheckFailed
+	if sup.approvalFailed == nil {
+		sup.approvalFailed = func() {}
+	}
 	if cfg.Stall != nil && cfg.Stall.Source != nil {
 		sup.stall = cfg.Stall.withDefaults()
 		sup.stallBudget = &killBudget{n: sup.stall.Budget, window: sup.stall.Window}
