@@ -170,6 +170,25 @@ type Task struct {
 	Result                 json.RawMessage `json:"result"`
 	CompletedBy            *string         `json:"completed_by"`
 	LastError              *string         `json:"last_error"`
+	// Stalled is computed on read, never stored (DESIGN T6): the task is
+	// running, its lease is renewed (not expired), and its holder reports
+	// activity (v2 heartbeats) but none newer than the server's activity
+	// staleness bound — heartbeating without progress, apart from a holder
+	// that stopped heartbeating (whose lease expires).
+	Stalled bool `json:"stalled"`
+}
+
+// ActivityStalenessDefault is how old a running task's last activity may
+// be before the task shows stalled (DESIGN T6; seed 002's 900s).
+const ActivityStalenessDefault = 900 * time.Second
+
+// ComputeStalled reports whether t is stalled at now under the staleness
+// bound (see Task.Stalled). A task whose holder never sent a v2 heartbeat
+// has no activity to judge and is never stalled.
+func (t *Task) ComputeStalled(now time.Time, staleness time.Duration) bool {
+	return t.Status == TaskRunning && t.HeartbeatSchemaVersion == 2 &&
+		t.LastActivityAt != nil && now.Sub(*t.LastActivityAt) > staleness &&
+		t.LeaseExpiresAt != nil && !now.After(*t.LeaseExpiresAt)
 }
 
 // Sweeper is the status of one background loop inside the server, in the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vigil-fleet/vigil/internal/daemon"
 	"github.com/vigil-fleet/vigil/internal/lease"
+	"github.com/vigil-fleet/vigil/vigiltype"
 )
 
 // sweepIntervalMin keeps a typo (1ns) from turning the reclaimer into a busy loop.
@@ -26,6 +27,7 @@ type serverFlags struct {
 	allowedHosts  []string
 	leaseTimeout  time.Duration
 	leaseExpiry   string
+	staleness     time.Duration
 	sweepInterval time.Duration
 	logLevel      string
 	logFormat     string
@@ -46,6 +48,8 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 		"reclaim a task lease after this long without a lease heartbeat (DESIGN T3)")
 	fs.StringVar(&f.leaseExpiry, "lease-expiry", string(lease.ExpiryMax),
 		"what a lease's expiry counts from: max (MAX(activity, heartbeat); the transition default) or activity (v2 leases on activity alone; DESIGN T4)")
+	fs.DurationVar(&f.staleness, "activity-staleness", vigiltype.ActivityStalenessDefault,
+		"a running task whose holder reports activity (v2 heartbeats) shows stalled once its last activity is older than this while its lease is still renewed (DESIGN T6)")
 	fs.DurationVar(&f.sweepInterval, "sweep-interval", daemon.SweepIntervalDefault,
 		"how often the lease reclaimer runs; a stopped holder loses its task within this")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -64,6 +68,9 @@ func (f *serverFlags) config(cmd *cobra.Command) (daemon.Config, *slog.Logger, e
 	if !lease.ExpiryPolicy(f.leaseExpiry).Valid() {
 		return daemon.Config{}, nil, fmt.Errorf("--lease-expiry %q: must be max or activity", f.leaseExpiry)
 	}
+	if f.staleness < time.Second {
+		return daemon.Config{}, nil, fmt.Errorf("--activity-staleness must be at least 1s, got %s", f.staleness)
+	}
 	if err := daemon.CheckAllowedHosts(f.allowedHosts); err != nil {
 		return daemon.Config{}, nil, err
 	}
@@ -73,7 +80,7 @@ func (f *serverFlags) config(cmd *cobra.Command) (daemon.Config, *slog.Logger, e
 	return daemon.Config{
 		DB: f.db, Addr: f.addr, TokenFile: f.tokenFile, AllowedHosts: f.allowedHosts,
 		LeaseTimeout: f.leaseTimeout, LeaseExpiry: lease.ExpiryPolicy(f.leaseExpiry),
-		SweepInterval: f.sweepInterval, Logger: logger,
+		SweepInterval: f.sweepInterval, ActivityStaleness: f.staleness, Logger: logger,
 	}, logger, nil
 }
 

@@ -203,7 +203,7 @@ func taskTable(cmd *cobra.Command, tasks []vigiltype.Task) error {
 	rows := make([][]string, 0, len(tasks))
 	for _, t := range tasks {
 		rows = append(rows, []string{
-			strconv.FormatInt(t.TaskID, 10), t.TaskType, string(t.Status),
+			strconv.FormatInt(t.TaskID, 10), t.TaskType, taskStatusText(t),
 			fmt.Sprintf("%d/%d", t.Attempts, t.MaxAttempts), fmt.Sprintf("%d/%d", t.Reclaims, t.MaxReclaims),
 			orDash(t.LeaseOwner, func(s string) string { return s }), strconv.FormatInt(t.LeaseEpoch, 10),
 			ago(t.LastHeartbeatAt, now), ago(&t.CreatedAt, now),
@@ -213,6 +213,15 @@ func taskTable(cmd *cobra.Command, tasks []vigiltype.Task) error {
 		[]string{"ID", "TYPE", "STATUS", "ATTEMPTS", "RECLAIMS", "LEASE OWNER", "EPOCH", "LEASE HEARTBEAT", "CREATED"}, rows)
 }
 
+// taskStatusText is a task's status as the tables print it: "running
+// (stalled)" for a running task whose activity is stale (DESIGN T6).
+func taskStatusText(t vigiltype.Task) string {
+	if t.Stalled {
+		return string(t.Status) + " (stalled)"
+	}
+	return string(t.Status)
+}
+
 func taskDetail(cmd *cobra.Command, t *vigiltype.Task) error {
 	now := time.Now()
 	str := func(s string) string { return s }
@@ -220,7 +229,7 @@ func taskDetail(cmd *cobra.Command, t *vigiltype.Task) error {
 	rows := [][]string{
 		{"task_id", strconv.FormatInt(t.TaskID, 10)},
 		{"task_type", t.TaskType},
-		{"status", string(t.Status)},
+		{"status", taskStatusText(*t)},
 		{"payload", string(t.Payload)},
 		{"attempts", fmt.Sprintf("%d of %d", t.Attempts, t.MaxAttempts)},
 		{"reclaims", fmt.Sprintf("%d of %d", t.Reclaims, t.MaxReclaims)},

@@ -52,13 +52,16 @@ type Config struct {
 	// AllowedHosts are Host header values served besides the listen
 	// address, the loopback names and the machine's own names
 	// (--allowed-host): NAME for any port, NAME:PORT for one.
-	AllowedHosts  []string
-	LeaseTimeout  time.Duration      // lease window without heartbeat (lease.LeaseTimeoutDefault)
-	LeaseExpiry   lease.ExpiryPolicy // what expiry counts from (lease.ExpiryMax when empty; DESIGN T4)
-	SweepInterval time.Duration      // lease reclaimer period (SweepIntervalDefault)
-	ShutdownGrace time.Duration      // in-flight requests' time to finish at stop (ShutdownGraceDefault)
-	Clock         clock.Clock        // the local clock; clock.Real when nil (followed to the database's on PostgreSQL)
-	Logger        *slog.Logger       // slog.Default() when nil
+	AllowedHosts []string
+	LeaseTimeout time.Duration      // lease window without heartbeat (lease.LeaseTimeoutDefault)
+	LeaseExpiry  lease.ExpiryPolicy // what expiry counts from (lease.ExpiryMax when empty; DESIGN T4)
+	// ActivityStaleness: a running task's activity older than this shows it
+	// stalled on read (vigiltype.ActivityStalenessDefault when 0; DESIGN T6).
+	ActivityStaleness time.Duration
+	SweepInterval     time.Duration // lease reclaimer period (SweepIntervalDefault)
+	ShutdownGrace     time.Duration // in-flight requests' time to finish at stop (ShutdownGraceDefault)
+	Clock             clock.Clock   // the local clock; clock.Real when nil (followed to the database's on PostgreSQL)
+	Logger            *slog.Logger  // slog.Default() when nil
 	// GroupCommit tunes the group commit of liveness heartbeats (zero:
 	// liveness's defaults). NoGroupCommit turns it off: each heartbeat is
 	// then a transaction of its own (for measuring it; issue #6).
@@ -161,6 +164,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	d.Lease, err = lease.New(lease.Config{
 		Store: st, Liveness: d.Liveness, Clock: cfg.Clock,
 		LeaseTimeout: cfg.LeaseTimeout, ExpiryPolicy: cfg.LeaseExpiry, Pulser: pulser,
+		ActivityStaleness: cfg.ActivityStaleness,
 	})
 	if err != nil {
 		st.Close()

@@ -2,7 +2,9 @@ package httpapi_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -197,4 +199,39 @@ func TestHeartbeatBadInput(t *testing.T) {
 	require.Equal(t, vigiltype.TaskScheduled, b.task(2).Status)
 	r = b.do("GET", "/v1/heartbeat-versions", "")
 	require.JSONEq(t, `{"window_s":3600,"hosts":[]}`, string(r.body), "refused heartbeats were counted")
+}
+
+// DESIGN T6, issue #14: a running task whose holder keeps renewing the
+// lease but reports no activity newer than the staleness bound reads
+// stalled — apart from one that stopped heartbeating (its lease runs out)
+// and from a v1 holder (no activity to judge). New activity ends it.
+func TestStalledIsComputedOnRead(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testserver.WithLeaseTimeout(time.Hour))
+	v2, v1 := b.register("session", 3600), b.register("legacy", 3600)
+	b.enqueue(`{"task_type":"edit"}`)
+	b.enqueue(`{"task_type":"legacy"}`)
+	v2Task, v1Task := b.claimTask(v2, "edit"), b.claimTask(v1, "legacy")
+	activity := b.clock.Now()
+	stalled := func(task vigiltype.Task) bool {
+		r := b.do("GET", "/v1/tasks/"+strconv.FormatInt(task.TaskID, 10), "")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		var got vigiltype.Task
+		require.NoError(t, json.Unmarshal(r.body, &got))
+		return got.Stalled
+	}
+	for range 16 { // a renewal a minute, the activity ever older
+		b.clock.Advance(time.Minute)
+		require.Equal(t, http.StatusOK, b.beat(v2, v2Task, activityAt(activity)).status)
+		require.Equal(t, http.StatusOK, b.beat(v1, v1Task, "").status)
+	}
+	require.True(t, stalled(v2Task), "16 min without activity, lease renewed")
+	require.False(t, stalled(v1Task), "a v1 holder has no activity to judge")
+
+	r := b.do("GET", "/v1/tasks?status=running", "")
+	require.Equal(t, http.StatusOK, r.status)
+	require.Contains(t, string(r.body), `"stalled":true`, "the listing says so too")
+
+	require.Equal(t, http.StatusOK, b.beat(v2, v2Task, activityAt(b.clock.Now())).status)
+	require.False(t, stalled(v2Task), "fresh activity ends it")
 }

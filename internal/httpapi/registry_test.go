@@ -241,7 +241,9 @@ func TestPlannedStopCoversTheProcessesRunningWhenWritten(t *testing.T) {
 		r.decode(t, &e)
 		return e
 	}
-	r := b.do("POST", "/v1/agents/research/planned-stop", `{"reason":"restart"}`)
+	r := b.do("POST", "/v1/agents", `{"name":"research"}`)
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	r = b.do("POST", "/v1/agents/research/planned-stop", `{"reason":"restart"}`)
 	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
 
 	b.clock.Advance(2 * time.Second)

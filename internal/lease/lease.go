@@ -93,6 +93,9 @@ type Config struct {
 	RetryBackoffMax  time.Duration
 	// ExpiryPolicy is ExpiryMax when empty (DESIGN T4).
 	ExpiryPolicy ExpiryPolicy
+	// ActivityStaleness is how old a running task's activity may be before
+	// reads show it stalled (vigiltype.ActivityStalenessDefault when 0).
+	ActivityStaleness time.Duration
 	// Pulser, when set, writes the store's pulse before every reclaim
 	// pass, and the pass repeats it in its own transaction: no lease is
 	// reclaimed for liveness or renewals a store outage kept from being
@@ -133,6 +136,12 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.ExpiryPolicy == "" {
 		cfg.ExpiryPolicy = ExpiryMax
+	}
+	if cfg.ActivityStaleness < 0 {
+		return nil, fmt.Errorf("lease: activity staleness must not be negative")
+	}
+	if cfg.ActivityStaleness == 0 {
+		cfg.ActivityStaleness = vigiltype.ActivityStalenessDefault
 	}
 	if !cfg.ExpiryPolicy.Valid() {
 		return nil, fmt.Errorf("lease expiry policy %q: must be max or activity", cfg.ExpiryPolicy)
@@ -205,14 +214,27 @@ func (s *Service) Enqueue(ctx context.Context, p EnqueueParams) (*vigiltype.Task
 	return t, nil
 }
 
-// Get returns one task.
+// Get returns one task, with Stalled computed at now.
 func (s *Service) Get(ctx context.Context, taskID int64) (*vigiltype.Task, error) {
 	t, err := s.store.TaskGet(ctx, taskID)
 	if err != nil {
 		return nil, err // the store's error names the task
 	}
+	s.markStalled(t)
 	return t, nil
 }
+
+// markStalled computes Stalled for tasks read now (DESIGN T6).
+func (s *Service) markStalled(tasks ...*vigiltype.Task) {
+	now := s.clock.Now()
+	for _, t := range tasks {
+		t.Stalled = t.ComputeStalled(now, s.cfg.ActivityStaleness)
+	}
+}
+
+// ActivityStaleness is the bound past which a running task's activity
+// shows it stalled.
+func (s *Service) ActivityStaleness() time.Duration { return s.cfg.ActivityStaleness }
 
 // ListParams filters a task listing; empty fields do not filter.
 type ListParams struct {
@@ -248,6 +270,7 @@ func (s *Service) List(ctx context.Context, p ListParams) ([]*vigiltype.Task, in
 		return nil, 0, fmt.Errorf("list tasks: %w", err)
 	}
 	tasks, next := liveness.TrimPage(tasks, limit, func(t *vigiltype.Task) int64 { return t.TaskID })
+	s.markStalled(tasks...)
 	return tasks, next, nil
 }
 

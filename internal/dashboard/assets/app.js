@@ -291,8 +291,9 @@
     fill("card-tasks", table(["task", "type", "holder", "epoch", "claimed", "last lease heartbeat", "last activity", "lease expires", "attempts"],
       tasks.map((t) => {
         const holder = procsById.get(t.lease_owner);
-        return h("tr", { "data-task": t.task_id },
-          h("td", {}, "#" + t.task_id), h("td", {}, t.task_type),
+        return h("tr", { "data-task": t.task_id, "data-stalled": !!t.stalled },
+          h("td", {}, "#" + t.task_id),
+          h("td", {}, t.task_type, t.stalled ? [" ", badge("stalled", "its lease is renewed but its last activity is older than the server's --activity-staleness")] : []),
           h("td", { title: t.lease_owner || "" }, holder ? holder.process_kind + " " + short(t.lease_owner) : short(t.lease_owner)),
           h("td", { class: "num" }, t.lease_epoch),
           h("td", {}, ago(t.started_at)), h("td", {}, ago(t.last_heartbeat_at)),
