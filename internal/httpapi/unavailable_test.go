@@ -158,6 +158,9 @@ func (b *testBundle) doFull(method, path, body string, headers ...string) fullRe
 	b.t.Helper()
 	req, err := http.NewRequestWithContext(b.t.Context(), method, b.srv.URL+path, strings.NewReader(body))
 	require.NoError(b.t, err)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json") // /v1 writes are JSON only
+	}
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
