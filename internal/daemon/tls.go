@@ -51,7 +51,7 @@ func newCertReloader(certFile, keyFile string, every time.Duration, now func() t
 		return nil, err
 	}
 	r.cert, r.checked = cert, now()
-	r.logLoaded("TLS certificate loaded", cert)
+	r.logLoaded("TLS certificate loaded", cert, "start")
 	return r, nil
 }
 
@@ -77,7 +77,7 @@ func (r *certReloader) Reload() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stamp, r.checked = r.look(), r.now()
-	return r.reloadLocked("reload asked")
+	return r.reloadLocked("reload asked (SIGHUP)")
 }
 
 func (r *certReloader) reloadLocked(why string) error {
@@ -88,7 +88,7 @@ func (r *certReloader) reloadLocked(why string) error {
 		return err
 	}
 	r.cert = cert
-	r.logLoaded("TLS certificate reloaded", cert)
+	r.logLoaded("TLS certificate reloaded", cert, why)
 	return nil
 }
 
@@ -127,9 +127,9 @@ func stampOf(path string) fileStamp {
 	return fileStamp{mod: fi.ModTime(), size: fi.Size()}
 }
 
-func (r *certReloader) logLoaded(msg string, cert *tls.Certificate) {
+func (r *certReloader) logLoaded(msg string, cert *tls.Certificate, why string) {
 	leaf := cert.Leaf
-	attrs := []any{"cert", r.certFile, "serial", serialOf(cert), "names", slices.Concat(leaf.DNSNames, ipStrings(leaf)),
+	attrs := []any{"why", why, "cert", r.certFile, "serial", serialOf(cert), "names", slices.Concat(leaf.DNSNames, ipStrings(leaf)),
 		"not_after", leaf.NotAfter.UTC()}
 	if r.now().After(leaf.NotAfter) {
 		r.logger.Warn(msg+" but it has expired: clients will refuse it", attrs...)
