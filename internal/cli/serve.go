@@ -124,9 +124,8 @@ server whose certificate a private CA signed are given that CA: --ca-file or
 VIGIL_CA_FILE (docs/security.md).`,
 		Example: `  vigil serve
   vigil serve --db /var/lib/vigil/vigil.db --addr 127.0.0.1:7711
-  vigil serve --db postgres://vigil@db.internal/vigil --addr 0.0.0.0:7711 --token-file /etc/vigil/token
-  vigil serve --addr 0.0.0.0:7711 --token-file /etc/vigil/token --allowed-host vigil.internal
-  vigil serve --addr 0.0.0.0:7711 --token-file /etc/vigil/token --tls-cert /etc/vigil/cert.pem --tls-key /etc/vigil/key.pem`,
+  vigil serve --db postgres://vigil@db.internal/vigil --addr 0.0.0.0:7711 --token-file /etc/vigil/token --tls-cert /etc/vigil/cert.pem --tls-key /etc/vigil/key.pem
+  vigil serve --addr 0.0.0.0:7711 --token-file /etc/vigil/token --allowed-host vigil.internal --insecure-listen   # behind a TLS-terminating proxy`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, _, err := f.config(cmd)

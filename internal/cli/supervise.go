@@ -35,8 +35,8 @@ agents get VIGIL_URL set to --server (and VIGIL_TOKEN_FILE, VIGIL_CA_FILE to
 
 Use it with a PostgreSQL-backed server shared by several hosts: one 'vigil
 serve' (or more) and one 'vigil supervise' per host.`,
-		Example: `  vigil supervise --server http://vigil.internal:7711 --fleet /etc/vigil/fleet.yaml --token-file /etc/vigil/token
-  vigil supervise --server http://a:7711,http://b:7711 --fleet fleet.yaml --stall-after 45m`,
+		Example: `  vigil supervise --server https://vigil.internal:7711 --fleet /etc/vigil/fleet.yaml --token-file /etc/vigil/token --ca-file /etc/vigil/ca.pem
+  vigil supervise --server https://a:7711,https://b:7711 --fleet fleet.yaml --stall-after 45m`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(cmd, logLevel, logFormat)
