@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/vigil-fleet/vigil/internal/heartbeat"
 	"github.com/vigil-fleet/vigil/internal/testcert"
 	"github.com/vigil-fleet/vigil/internal/testserver"
 	"github.com/vigil-fleet/vigil/vigilclient"
@@ -113,4 +114,17 @@ func TestUpAndSuperviseGiveAgentsTheCA(t *testing.T) {
 	runCommand(t, "supervise", "--server", srv.URL, "--ca-file", ca.File, "--fleet", fleet,
 		"--log-dir", filepath.Join(dir, "logs"), "--backoff-min", "1h", "--backoff-max", "1h")
 	require.Equal(t, "url="+srv.URL+" ca="+ca.File+"\n", exitTail(srv.URL))
+}
+
+// The detached heartbeat loop of `tasks claim` / `vigil run` gets the
+// claiming command's --ca-file (absolute), so it can reach an https server.
+func TestLoopArgvPassesTheCAFile(t *testing.T) {
+	t.Parallel()
+	cf := &clientFlags{server: "https://127.0.0.1:7711", caFile: "ca.pem"}
+	argv, err := loopArgv(cf, &loopFlags{}, heartbeat.State{Workdir: "w"}, heartbeat.TaskState{TaskID: 7, LeaseEpoch: 1}, heartbeat.ProcRef{PID: 1})
+	require.NoError(t, err)
+	abs, err := filepath.Abs("ca.pem")
+	require.NoError(t, err)
+	require.Contains(t, argv, "--ca-file="+abs)
+	require.Contains(t, argv, "--server=https://127.0.0.1:7711")
 }
