@@ -3,6 +3,8 @@ package vigilclient
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -41,6 +44,7 @@ type Client struct {
 	last  atomic.Int64 // index into urls of the last URL that answered
 	http  *http.Client
 	token string
+	tls   *tls.Config // WithTLSConfig: applied to http's transport in New
 }
 
 // Option configures a Client in New.
@@ -49,6 +53,47 @@ type Option func(*Client)
 // WithHTTPClient makes the Client send its requests with hc instead of a
 // default *http.Client whose Timeout is HTTPTimeoutDefault.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.http = hc } }
+
+// WithTLSConfig makes the Client use cfg for https:// servers, e.g. the
+// one LoadCAFile returns for a server whose certificate a private CA
+// signed (--ca-file, VIGIL_CA_FILE). With WithHTTPClient it applies to that
+// client's Transport when that is nil or an *http.Transport (a copy is
+// changed, never the caller's); New refuses any other RoundTripper.
+func WithTLSConfig(cfg *tls.Config) Option { return func(c *Client) { c.tls = cfg } }
+
+// LoadCAFile returns a TLS configuration, for WithTLSConfig, that trusts
+// the CA certificates in the PEM file at path and no other: the system's
+// roots are not consulted, as with curl --cacert. Use it for a server
+// whose certificate a private CA signed; a certificate from a public CA
+// needs nothing.
+func LoadCAFile(path string) (*tls.Config, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read the CA certificates: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(raw) {
+		return nil, fmt.Errorf("%s holds no PEM certificate (-----BEGIN CERTIFICATE-----)", path)
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}
+
+// withTLS returns hc with its transport using cfg; hc is not changed.
+func withTLS(hc *http.Client, cfg *tls.Config) (*http.Client, error) {
+	var tr *http.Transport
+	switch t := hc.Transport.(type) {
+	case nil:
+		tr = http.DefaultTransport.(*http.Transport).Clone()
+	case *http.Transport:
+		tr = t.Clone()
+	default:
+		return nil, fmt.Errorf("vigilclient: WithTLSConfig needs WithHTTPClient's Transport to be nil or an *http.Transport, not %T: set the TLS configuration in it", t)
+	}
+	tr.TLSClientConfig = cfg.Clone()
+	out := *hc
+	out.Transport = tr
+	return &out, nil
+}
 
 // WithToken sends token as "Authorization: Bearer <token>" on every request:
 // the server token of a server started with --token-file (docs/api.md).
@@ -79,6 +124,13 @@ func New(urls []string, opts ...Option) (*Client, error) {
 	}
 	if c.http == nil {
 		c.http = &http.Client{Timeout: HTTPTimeoutDefault}
+	}
+	if c.tls != nil {
+		hc, err := withTLS(c.http, c.tls)
+		if err != nil {
+			return nil, err
+		}
+		c.http = hc
 	}
 	return c, nil
 }

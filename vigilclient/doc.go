@@ -8,9 +8,11 @@
 // # Client
 //
 // New returns a Client for one or more server URLs; NewFromEnv reads them
-// from VIGIL_URL (comma-separated, default http://127.0.0.1:7711) and the
-// server token from the file named by VIGIL_TOKEN_FILE. There is one method
-// per endpoint. Durations are time.Duration and go over the wire in seconds.
+// from VIGIL_URL (comma-separated, default http://127.0.0.1:7711), the
+// server token from the file named by VIGIL_TOKEN_FILE and, for an https://
+// server whose certificate a private CA signed, the CA certificates from
+// the file named by VIGIL_CA_FILE (LoadCAFile and WithTLSConfig in code).
+// There is one method per endpoint. Durations are time.Duration and go over the wire in seconds.
 // An error answer is an *APIError; errors.Is matches it against vigiltype's
 // sentinels:
 //

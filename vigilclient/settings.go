@@ -1,6 +1,7 @@
 package vigilclient
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
@@ -41,6 +42,10 @@ const (
 	// EnvTokenFile names a file holding the server token (optional); it is
 	// sent as "Authorization: Bearer <token>".
 	EnvTokenFile = "VIGIL_TOKEN_FILE"
+	// EnvCAFile names a PEM file of the CA certificates to trust for an
+	// https:// server (optional; see LoadCAFile): the system's roots are
+	// then not used.
+	EnvCAFile = "VIGIL_CA_FILE"
 )
 
 // URLDefault is where `vigil serve` listens by default (docs/api.md).
@@ -183,8 +188,9 @@ func ParseInterval(s string) (time.Duration, error) {
 
 // NewFromEnv returns a Client for the servers listed in VIGIL_URL
 // (comma-separated, default URLDefault), sending the server token read from
-// the file named by VIGIL_TOKEN_FILE when that is set. opts are applied
-// after the environment's, so they win.
+// the file named by VIGIL_TOKEN_FILE when that is set, and trusting the CA
+// certificates in the file named by VIGIL_CA_FILE when that is set (see
+// LoadCAFile). opts are applied after the environment's, so they win.
 func NewFromEnv(opts ...Option) (*Client, error) {
 	urls, token, err := connFromLookup(os.LookupEnv, os.ReadFile)
 	if err != nil {
@@ -193,7 +199,27 @@ func NewFromEnv(opts ...Option) (*Client, error) {
 	if token != "" {
 		opts = append([]Option{WithToken(token)}, opts...)
 	}
+	tc, err := tlsFromLookup(os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	if tc != nil {
+		opts = append([]Option{WithTLSConfig(tc)}, opts...)
+	}
 	return New(urls, opts...)
+}
+
+// tlsFromLookup reads VIGIL_CA_FILE: nil when it is unset or empty.
+func tlsFromLookup(lookup func(string) (string, bool)) (*tls.Config, error) {
+	path, ok := lookup(EnvCAFile)
+	if !ok || strings.TrimSpace(path) == "" {
+		return nil, nil
+	}
+	tc, err := LoadCAFile(strings.TrimSpace(path))
+	if err != nil {
+		return nil, fmt.Errorf("%s=%q: %w", EnvCAFile, path, err)
+	}
+	return tc, nil
 }
 
 func connFromLookup(lookup func(string) (string, bool), readFile func(string) ([]byte, error)) (urls []string, token string, err error) {

@@ -5,7 +5,9 @@
 //	python3 -m unittest discover -s clients/python/tests -v
 //
 // with VIGIL_TEST_BIN pointing at it. The Python tests start real `vigil
-// serve` and `vigil up` processes and real example workers.
+// serve` and `vigil up` processes and real example workers. For the TLS
+// tests it makes a throwaway CA and a server certificate and names them in
+// VIGIL_TEST_CA_FILE, VIGIL_TEST_TLS_CERT and VIGIL_TEST_TLS_KEY.
 //
 // Without python3 the test is skipped, loudly; under CI=true it fails, so
 // the Python suite cannot go missing from CI.
@@ -20,6 +22,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/vigil-fleet/vigil/internal/testcert"
 )
 
 func TestPythonClient(t *testing.T) {
@@ -48,6 +52,9 @@ func TestPythonClient(t *testing.T) {
 		t.Fatalf("go build -o %s ./cmd/vigil: %v\n%s", bin, err, out)
 	}
 
+	ca := testcert.NewCA(t, "vigil")
+	pair := ca.IssueIn(t, t.TempDir())
+
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, python, "-m", "unittest", "discover", "-s", "clients/python/tests", "-v")
@@ -56,6 +63,9 @@ func TestPythonClient(t *testing.T) {
 		"VIGIL_TEST_BIN="+bin,
 		"PYTHONDONTWRITEBYTECODE=1", // leave no __pycache__ in the checkout
 		"PYTHONUNBUFFERED=1",
+		"VIGIL_TEST_CA_FILE="+ca.File,
+		"VIGIL_TEST_TLS_CERT="+pair.CertFile,
+		"VIGIL_TEST_TLS_KEY="+pair.KeyFile,
 	)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -5,7 +5,7 @@
 // its exit, and enqueues through that agent's client.
 //
 // Configuration, from the environment: VIGIL_KIND (default "producer"),
-// VIGIL_PRODUCER_EVERY, and VIGIL_URL, VIGIL_TOKEN_FILE,
+// VIGIL_PRODUCER_EVERY, and VIGIL_URL, VIGIL_TOKEN_FILE, VIGIL_CA_FILE,
 // VIGIL_<KIND>_LIVENESS_INTERVAL as read by vigilclient.AgentFromEnv.
 // SIGINT/SIGTERM stop it.
 package main

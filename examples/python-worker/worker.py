@@ -24,7 +24,7 @@ Configuration, from the environment:
 
     VIGIL_KIND      process kind (default "py-worker"; `vigil up` sets it
                     to the agent's name)
-    VIGIL_URL, VIGIL_TOKEN_FILE, VIGIL_<KIND>_{LIVENESS,HEARTBEAT,POLL}_INTERVAL
+    VIGIL_URL, VIGIL_TOKEN_FILE, VIGIL_CA_FILE, VIGIL_<KIND>_{LIVENESS,HEARTBEAT,POLL}_INTERVAL
                     as read by vigil_client.Agent
 
 It logs to stderr: "claimed", "completed", "lease lost", each with task_id.

@@ -18,7 +18,7 @@
 //	VIGIL_CRASH_PROB   -crash-prob  0..1 (default 0): the chance that the
 //	                                worker exits with status 3 right after
 //	                                claiming a task, leaving it to be reclaimed
-//	VIGIL_URL, VIGIL_TOKEN_FILE, VIGIL_<KIND>_{LIVENESS,HEARTBEAT,POLL}_INTERVAL
+//	VIGIL_URL, VIGIL_TOKEN_FILE, VIGIL_CA_FILE, VIGIL_<KIND>_{LIVENESS,HEARTBEAT,POLL}_INTERVAL
 //	                                as read by vigilclient.AgentFromEnv
 //
 // It logs to stderr (slog text): "claimed", "completed", "lease lost",

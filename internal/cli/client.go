@@ -26,6 +26,7 @@ type clientFlags struct {
 	server    string
 	tokenFile string
 	json      bool
+	caFile    string
 }
 
 func (f *clientFlags) register(cmd *cobra.Command) {
@@ -35,6 +36,8 @@ func (f *clientFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.tokenFile, "token-file", os.Getenv("VIGIL_TOKEN_FILE"),
 		"file holding the server's bearer token (env VIGIL_TOKEN_FILE)")
 	fs.BoolVar(&f.json, "json", false, "print JSON for scripts instead of a table")
+	fs.StringVar(&f.caFile, "ca-file", os.Getenv("VIGIL_CA_FILE"),
+		"PEM file of the CA certificates to trust for an https:// --server, instead of the system's (env VIGIL_CA_FILE)")
 }
 
 func (f *clientFlags) client() (*vigilclient.Client, error) {
@@ -49,6 +52,13 @@ func (f *clientFlags) client() (*vigilclient.Client, error) {
 			return nil, fmt.Errorf("--token-file %s: the file is empty", f.tokenFile)
 		}
 		opts = append(opts, vigilclient.WithToken(token))
+	}
+	if f.caFile != "" {
+		tc, err := vigilclient.LoadCAFile(f.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--ca-file (env VIGIL_CA_FILE): %w", err)
+		}
+		opts = append(opts, vigilclient.WithTLSConfig(tc))
 	}
 	var urls []string
 	for _, u := range strings.Split(f.server, ",") {

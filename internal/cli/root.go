@@ -5,6 +5,8 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -66,11 +68,24 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if errors.Is(err, vigiltype.ErrUnauthorized) {
 		fmt.Fprintln(stderr, "vigil: this server needs its bearer token: --token-file FILE (env VIGIL_TOKEN_FILE), the file the server was started with")
 	}
+	if certificateError(err) {
+		fmt.Fprintln(stderr, "vigil: the server's certificate is not trusted: --ca-file FILE (env VIGIL_CA_FILE), the CA certificate that signed it")
+	}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code
 	}
 	return exitFailure
+}
+
+// certificateError reports whether err is a TLS client's refusal of the
+// server's certificate (unknown CA, wrong name, expired).
+func certificateError(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var unknown x509.UnknownAuthorityError
+	var name x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &name) || errors.As(err, &invalid)
 }
 
 // NewRoot builds the command tree.

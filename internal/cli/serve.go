@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -31,13 +33,18 @@ type serverFlags struct {
 	sweepInterval time.Duration
 	logLevel      string
 	logFormat     string
+
+	// TLS: --tls-cert, --tls-key, --insecure-listen.
+	tlsCert        string
+	tlsKey         string
+	insecureListen bool
 }
 
 func (f *serverFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.db, "db", envOr("VIGIL_DB", daemon.DBDefault),
 		"store: an SQLite file (created if missing) or a postgres://user@host/db URL that several servers may share (env VIGIL_DB)")
 	fs.StringVar(&f.addr, "addr", envOr("VIGIL_ADDR", daemon.AddrDefault),
-		"HOST:PORT to serve the API on; a non-loopback address needs --token-file (env VIGIL_ADDR)")
+		"HOST:PORT to serve the API on; a non-loopback address needs --token-file and --tls-cert/--tls-key (or --insecure-listen behind a TLS proxy) (env VIGIL_ADDR)")
 	fs.StringVar(&f.tokenFile, "token-file", os.Getenv("VIGIL_TOKEN_FILE"),
 		"file holding a bearer token (16+ chars) required on every endpoint but /healthz (env VIGIL_TOKEN_FILE)")
 	fs.StringArrayVar(&f.allowedHosts, "allowed-host", nil,
@@ -54,6 +61,12 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 		"how often the lease reclaimer runs; a stopped holder loses its task within this")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&f.tlsCert, "tls-cert", os.Getenv("VIGIL_TLS_CERT"),
+		"serve HTTPS with this PEM certificate (the server's first, then any intermediates); re-read when it changes or on SIGHUP; needs --tls-key (env VIGIL_TLS_CERT)")
+	fs.StringVar(&f.tlsKey, "tls-key", os.Getenv("VIGIL_TLS_KEY"),
+		"the PEM private key of --tls-cert; re-read with it (env VIGIL_TLS_KEY)")
+	fs.BoolVar(&f.insecureListen, "insecure-listen", false,
+		"allow a non-loopback --addr without --tls-cert: only behind a TLS-terminating proxy, on a network clients cannot reach directly")
 }
 
 // config validates the flags and returns the daemon config and logger.
@@ -81,6 +94,7 @@ func (f *serverFlags) config(cmd *cobra.Command) (daemon.Config, *slog.Logger, e
 		DB: f.db, Addr: f.addr, TokenFile: f.tokenFile, AllowedHosts: f.allowedHosts,
 		LeaseTimeout: f.leaseTimeout, LeaseExpiry: lease.ExpiryPolicy(f.leaseExpiry),
 		SweepInterval: f.sweepInterval, ActivityStaleness: f.staleness, Logger: logger,
+		TLSCertFile: f.tlsCert, TLSKeyFile: f.tlsKey, InsecureListen: f.insecureListen,
 	}, logger, nil
 }
 
@@ -105,11 +119,20 @@ loopback names (localhost, 127.0.0.1, [::1]) and this machine's hostname
 with the listen port, every interface address when listening on 0.0.0.0 or
 [::], and each --allowed-host. A request from another web origin (Origin or
 Sec-Fetch-Site) gets 403, except GETs of the dashboard's page and assets,
-and a /v1 write must be Content-Type: application/json (415 otherwise).`,
+and a /v1 write must be Content-Type: application/json (415 otherwise).
+
+TLS: with --tls-cert and --tls-key the API, /metrics, /mcp and the dashboard
+are served over HTTPS only. The pair is read again when either file changes
+(looked at no more than every 5s, on a new connection) or on SIGHUP, so a
+certificate rotates without a restart; a pair that does not load then keeps
+the previous one (a warning is logged). A non-loopback --addr needs TLS, or
+--insecure-listen when a TLS-terminating proxy is in front. Clients of a
+server whose certificate a private CA signed are given that CA: --ca-file or
+VIGIL_CA_FILE (docs/security.md).`,
 		Example: `  vigil serve
   vigil serve --db /var/lib/vigil/vigil.db --addr 127.0.0.1:7711
-  vigil serve --db postgres://vigil@db.internal/vigil --addr 0.0.0.0:7711 --token-file /etc/vigil/token
-  vigil serve --addr 0.0.0.0:7711 --token-file /etc/vigil/token --allowed-host vigil.internal`,
+  vigil serve --db postgres://vigil@db.internal/vigil --addr 0.0.0.0:7711 --token-file /etc/vigil/token --tls-cert /etc/vigil/cert.pem --tls-key /etc/vigil/key.pem
+  vigil serve --addr 0.0.0.0:7711 --token-file /etc/vigil/token --allowed-host vigil.internal --insecure-listen   # behind a TLS-terminating proxy`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, _, err := f.config(cmd)
@@ -120,11 +143,35 @@ and a /v1 write must be Content-Type: application/json (415 otherwise).`,
 			if err != nil {
 				return err
 			}
+			defer reloadTLSOnHangup(d, cfg)()
 			return d.Run(cmd.Context())
 		},
 	}
 	f.register(cmd.Flags())
 	return cmd
+}
+
+// reloadTLSOnHangup makes SIGHUP re-read the certificate pair of a TLS
+// server (the daemon logs the outcome) until the returned func is called.
+// Without TLS it does nothing, and SIGHUP keeps its default action.
+func reloadTLSOnHangup(d *daemon.Daemon, cfg daemon.Config) (stop func()) {
+	if cfg.TLSCertFile == "" {
+		return func() {}
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-hup:
+				_ = d.ReloadTLS() // logged by the daemon; the previous pair stays in service
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { signal.Stop(hup); close(done) }
 }
 
 func newLogger(cmd *cobra.Command, level, format string) (*slog.Logger, error) {

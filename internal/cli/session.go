@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -167,6 +168,13 @@ func loopArgv(cf *clientFlags, lf *loopFlags, st heartbeat.State, ts heartbeat.T
 	}
 	if cf.tokenFile != "" {
 		argv = append(argv, "--token-file="+cf.tokenFile)
+	}
+	if cf.caFile != "" {
+		abs, err := filepath.Abs(cf.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--ca-file: %w", err)
+		}
+		argv = append(argv, "--ca-file="+abs)
 	}
 	return argv, nil
 }

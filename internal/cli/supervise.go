@@ -30,12 +30,13 @@ fleet file on this host, restart each exit with backoff, contain its
 descendants, and report to the vigil server at --server — the agents are
 registered there on start, exits and launch failures are recorded as process
 events, and stalled tasks (--stall-after) are read and taken back there. The
-agents get VIGIL_URL set to --server.
+agents get VIGIL_URL set to --server (and VIGIL_TOKEN_FILE, VIGIL_CA_FILE to
+--token-file, --ca-file when given).
 
 Use it with a PostgreSQL-backed server shared by several hosts: one 'vigil
 serve' (or more) and one 'vigil supervise' per host.`,
-		Example: `  vigil supervise --server http://vigil.internal:7711 --fleet /etc/vigil/fleet.yaml --token-file /etc/vigil/token
-  vigil supervise --server http://a:7711,http://b:7711 --fleet fleet.yaml --stall-after 45m`,
+		Example: `  vigil supervise --server https://vigil.internal:7711 --fleet /etc/vigil/fleet.yaml --token-file /etc/vigil/token --ca-file /etc/vigil/ca.pem
+  vigil supervise --server https://a:7711,https://b:7711 --fleet fleet.yaml --stall-after 45m`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(cmd, logLevel, logFormat)
@@ -61,6 +62,13 @@ serve' (or more) and one 'vigil supervise' per host.`,
 					return fmt.Errorf("--token-file: %w", err)
 				}
 				extraEnv["VIGIL_TOKEN_FILE"] = abs
+			}
+			if cf.caFile != "" {
+				abs, err := filepath.Abs(cf.caFile)
+				if err != nil {
+					return fmt.Errorf("--ca-file: %w", err)
+				}
+				extraEnv["VIGIL_CA_FILE"] = abs
 			}
 			remote := remoteServer{c}
 			runner := &fleetRunner{sf: &sf, cmd: cmd, host: hostname(), logger: logger,

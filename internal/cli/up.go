@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -26,6 +27,7 @@ func newUpCmd() *cobra.Command {
 		f  serverFlags
 		sf supervisorFlags
 	)
+	var caFile string // --ca-file: passed to the agents as VIGIL_CA_FILE
 	cmd := &cobra.Command{
 		Use:     "up",
 		GroupID: "server",
@@ -57,7 +59,13 @@ Fleet file:
       command: ["go", "run", "./examples/worker"]
       env: {VIGIL_WORKER_1_LIVENESS_INTERVAL: "5s"}
       dir: ".."                            # relative to the fleet file
-      startup_timeout: 60s                 # optional: kill it if it has not registered by then`,
+      startup_timeout: 60s                 # optional: kill it if it has not registered by then
+
+With --tls-cert and --tls-key the server speaks HTTPS (see 'vigil serve
+--help') and the agents get VIGIL_URL=https://127.0.0.1:PORT, so the
+certificate must name 127.0.0.1 (or the listen address) — or set VIGIL_URL
+in the agent's env. When a private CA signed it, give that CA with --ca-file:
+the agents get it as VIGIL_CA_FILE. SIGHUP re-reads the certificate pair.`,
 		Example: `  vigil up --fleet examples/fleet.yaml
   vigil up --fleet fleet.yaml --db /var/lib/vigil/vigil.db --backoff-min 1s`,
 		Args: cobra.NoArgs,
@@ -85,12 +93,20 @@ Fleet file:
 				}
 				extraEnv["VIGIL_TOKEN_FILE"] = abs
 			}
+			if caFile != "" {
+				abs, err := filepath.Abs(caFile)
+				if err != nil {
+					return fmt.Errorf("--ca-file: %w", err)
+				}
+				extraEnv["VIGIL_CA_FILE"] = abs
+			}
 			ctx := cmd.Context()
 			d, err := daemon.New(ctx, cfg)
 			if err != nil {
 				return err
 			}
 			extraEnv["VIGIL_URL"] = d.URL()
+			defer reloadTLSOnHangup(d, cfg)()
 			runner := &fleetRunner{sf: &sf, cmd: cmd, host: hostname(), logger: logger,
 				config: func(f *supervisor.Fleet) supervisor.Config {
 					c := sf.config(cmd, f, extraEnv, logger, eventRecorder{d.Events}, d.Lease,
@@ -142,6 +158,8 @@ Fleet file:
 	}
 	f.register(cmd.Flags())
 	sf.register(cmd.Flags())
+	cmd.Flags().StringVar(&caFile, "ca-file", os.Getenv("VIGIL_CA_FILE"),
+		"with --tls-cert: the PEM CA certificate that signed it, given to the agents as VIGIL_CA_FILE (env VIGIL_CA_FILE)")
 	return cmd
 }
 

@@ -196,7 +196,7 @@ func runCommand(t *testing.T, args ...string) *lockedBuffer {
 func serverURL(t *testing.T, stderr *lockedBuffer) string {
 	t.Helper()
 	var url string
-	re := regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+)`)
+	re := regexp.MustCompile(`url=(https?://127\.0\.0\.1:\d+)`)
 	require.Eventually(t, func() bool {
 		m := re.FindStringSubmatch(stderr.String())
 		if m != nil {

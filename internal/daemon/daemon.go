@@ -5,6 +5,7 @@ package daemon
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -76,6 +77,18 @@ type Config struct {
 	// is bound and Start serves no HTTP (vigil mcp, which speaks on stdio).
 	// Addr is then not used; the daemon's Addr and URL are "".
 	NoListen bool
+	// TLSCertFile and TLSKeyFile, both or neither, make the server speak
+	// HTTPS with this certificate (chain) and key, PEM (--tls-cert,
+	// --tls-key). The pair is read again when either file changes (looked
+	// at no more than every TLSCheckIntervalDefault) and on ReloadTLS, so a
+	// certificate rotates without a restart; a pair that does not load is
+	// an error at New and a warning later, the previous pair kept.
+	TLSCertFile string
+	TLSKeyFile  string
+	// InsecureListen allows a non-loopback Addr without TLS
+	// (--insecure-listen): for a server behind a TLS-terminating proxy on
+	// a network its clients cannot reach directly.
+	InsecureListen bool
 }
 
 // Daemon is a running vigil server.
@@ -92,6 +105,7 @@ type Daemon struct {
 	sweepers []*sweeper.Sweeper
 	listener net.Listener
 	server   *http.Server
+	certs    *certReloader // nil without TLS
 	served   chan error
 
 	stopOnce sync.Once
@@ -122,11 +136,23 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkTLSFlags(cfg.TLSCertFile, cfg.TLSKeyFile); err != nil {
+		return nil, err
+	}
 	if !cfg.NoListen {
 		if err := checkExposure(cfg.Addr, token); err != nil {
 			return nil, err
 		}
 		if err := CheckAllowedHosts(cfg.AllowedHosts); err != nil {
+			return nil, err
+		}
+		if err := checkTransport(cfg.Addr, cfg.TLSCertFile != "", cfg.InsecureListen); err != nil {
+			return nil, err
+		}
+	}
+	var certs *certReloader
+	if cfg.TLSCertFile != "" && !cfg.NoListen {
+		if certs, err = newCertReloader(cfg.TLSCertFile, cfg.TLSKeyFile, TLSCheckIntervalDefault, cfg.Clock.Now, cfg.Logger); err != nil {
 			return nil, err
 		}
 	}
@@ -135,7 +161,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--db: %w", err) // err names the store, password masked
 	}
-	d := &Daemon{cfg: cfg, store: st}
+	d := &Daemon{cfg: cfg, store: st, certs: certs}
 	if dbc, ok := st.(store.Clocked); ok {
 		// Several servers may share this database: all follow its clock.
 		d.synced, err = clock.NewSynced(ctx, cfg.Clock, dbc.Now, 0, cfg.Logger)
@@ -239,6 +265,9 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
+	if certs != nil {
+		d.server.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate}
+	}
 	return d, nil
 }
 
@@ -252,18 +281,33 @@ func (d *Daemon) Addr() string {
 }
 
 // URL is the API's base URL for a client on this machine, e.g.
-// http://127.0.0.1:7711 ("" with Config.NoListen). Listening on every
-// interface (0.0.0.0, [::]) it names 127.0.0.1: the server does not answer
-// for the unspecified address as a Host.
+// http://127.0.0.1:7711, or https:// with TLS ("" with Config.NoListen).
+// Listening on every interface (0.0.0.0, [::]) it names 127.0.0.1: the
+// server does not answer for the unspecified address as a Host.
 func (d *Daemon) URL() string {
 	if d.listener == nil {
 		return ""
 	}
+	scheme := "http://"
+	if d.certs != nil {
+		scheme = "https://"
+	}
 	host, port, err := net.SplitHostPort(d.Addr())
 	if ip := net.ParseIP(host); err == nil && ip != nil && ip.IsUnspecified() {
-		return "http://" + net.JoinHostPort("127.0.0.1", port)
+		return scheme + net.JoinHostPort("127.0.0.1", port)
 	}
-	return "http://" + d.Addr()
+	return scheme + d.Addr()
+}
+
+// ReloadTLS reads the --tls-cert and --tls-key files again (SIGHUP): new
+// connections get the new certificate, open ones keep theirs. When the
+// pair does not load, the previous one stays in service, a warning is
+// logged and the error returned. Without TLS it does nothing.
+func (d *Daemon) ReloadTLS() error {
+	if d.certs == nil {
+		return nil
+	}
+	return d.certs.Reload()
 }
 
 // Store is the daemon's open store (for tests and in-process tools).
@@ -275,7 +319,11 @@ func (d *Daemon) Start(ctx context.Context) {
 	d.served = make(chan error, 1)
 	d.Liveness.Start(ctx) // before serving: heartbeats are committed in groups from the first
 	if d.server != nil {
-		go func() { d.served <- d.server.Serve(d.listener) }()
+		if d.certs != nil {
+			go func() { d.served <- d.server.ServeTLS(d.listener, "", "") }() // the certificate comes from TLSConfig
+		} else {
+			go func() { d.served <- d.server.Serve(d.listener) }()
+		}
 	}
 	if d.synced != nil {
 		d.synced.Start(ctx)
@@ -405,4 +453,29 @@ func checkExposure(addr, token string) error {
 		return nil
 	}
 	return fmt.Errorf("--addr %q is not a loopback address: refusing to serve without --token-file", addr)
+}
+
+// checkTransport refuses a non-loopback listen address without TLS: tokens
+// and data would cross the network in clear text. --insecure-listen allows
+// it, for a server behind a TLS-terminating proxy.
+func checkTransport(addr string, tls, insecure bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--addr %q: must be HOST:PORT: %w", addr, err)
+	}
+	if tls || insecure || isLoopbackHost(host) {
+		return nil
+	}
+	return fmt.Errorf("--addr %q is not a loopback address: refusing to serve plain HTTP, which sends tokens in clear text; "+
+		"give --tls-cert and --tls-key, or --insecure-listen when a TLS-terminating proxy is in front", addr)
+}
+
+// isLoopbackHost reports whether host (of HOST:PORT) is localhost or a
+// loopback address; "" (every interface) is not.
+func isLoopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

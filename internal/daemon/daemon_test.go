@@ -184,6 +184,7 @@ func TestEveryInterfaceListenAnswersForItsOwnNamesOnly(t *testing.T) {
 	require.NoError(t, os.WriteFile(tokenFile, []byte(token), 0o600))
 	d, err := daemon.New(ctx, daemon.Config{
 		DB: t.TempDir() + "/v.db", Addr: "0.0.0.0:0", TokenFile: tokenFile, AllowedHosts: []string{"vigil.internal"},
+		InsecureListen: true, // plain HTTP: this test is about Host
 	})
 	require.NoError(t, err)
 	d.Start(ctx)

@@ -19,7 +19,7 @@ import (
 // Server is a running test server.
 type Server struct {
 	*daemon.Daemon
-	URL string // e.g. http://127.0.0.1:41234
+	URL string // e.g. http://127.0.0.1:41234 (https:// WithTLS)
 }
 
 // Option adjusts the daemon config.
@@ -66,6 +66,12 @@ func WithTokenFile(path string) Option {
 // WithAllowedHosts serves these Host values too (--allowed-host).
 func WithAllowedHosts(hosts ...string) Option {
 	return func(c *daemon.Config) { c.AllowedHosts = hosts }
+}
+
+// WithTLS serves HTTPS with this certificate and key (--tls-cert,
+// --tls-key); testcert makes them. The URL is then https://.
+func WithTLS(certFile, keyFile string) Option {
+	return func(c *daemon.Config) { c.TLSCertFile, c.TLSKeyFile = certFile, keyFile }
 }
 
 // Start runs a server for the rest of the test. Logs go to t.Log only when

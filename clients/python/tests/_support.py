@@ -37,7 +37,7 @@ from vigil_client import Agent, Client, Settings  # noqa: E402
 FAST = Settings(liveness_interval=0.3, heartbeat_interval=0.2, poll_interval=0.1)
 """Intervals for in-process agents: a lost signal shows within a second."""
 
-_URL_RE = re.compile(r"url=(http://127\.0\.0\.1:\d+)")
+_URL_RE = re.compile(r"url=(https?://127\.0\.0\.1:\d+)")
 _bin_lock = threading.Lock()
 _built_bin: Optional[str] = None
 

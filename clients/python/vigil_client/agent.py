@@ -182,8 +182,8 @@ class Agent:
 
     ``Agent(kind, handlers)`` reads its settings from the environment
     (``VIGIL_<KIND>_LIVENESS_INTERVAL``, ``_HEARTBEAT_INTERVAL``,
-    ``_POLL_INTERVAL``) and its client from ``VIGIL_URL`` and
-    ``VIGIL_TOKEN_FILE``, unless settings or client are given; every bad
+    ``_POLL_INTERVAL``) and its client from ``VIGIL_URL``,
+    ``VIGIL_TOKEN_FILE`` and ``VIGIL_CA_FILE``, unless settings or client are given; every bad
     variable is reported at once as a SettingsError naming it. With no
     handlers the agent only keeps its liveness row (a producer, say).
 

@@ -16,7 +16,7 @@ from urllib.parse import quote, urlencode, urlsplit
 from ._version import __version__
 from ._decide import format_time
 from .errors import MAX_ERROR_BODY, UnreachableError, VigilError, error_for
-from .settings import connection_from_env
+from .settings import ENV_CA_FILE, EnvError, SettingsError, connection_from_env
 
 HTTP_TIMEOUT_DEFAULT = 30.0
 """Seconds one request may take unless a call passes its own timeout."""
@@ -75,6 +75,10 @@ class Client:
     on. An HTTP error status is an answer, never a reason to try another
     URL. A path prefix is kept (``https://host/vigil`` works).
 
+    For an ``https://`` server whose certificate a private CA signed, give
+    that CA's certificates as ``ca_file`` (a PEM file; the system's roots are
+    then not used, as with ``curl --cacert``) or a whole ``ssl_context``.
+
     Every method takes ``timeout=`` (seconds) to override the client's
     default for that call. Durations are seconds (float). Rows are returned
     as the decoded JSON objects of docs/api.md.
@@ -86,12 +90,18 @@ class Client:
         *,
         token: Optional[str] = None,
         timeout: float = HTTP_TIMEOUT_DEFAULT,
+        ca_file: Optional[str] = None,
+        ssl_context: Optional[ssl.SSLContext] = None,
     ) -> None:
         if isinstance(urls, str):
             urls = [u for u in urls.split(",") if u.strip()]
         if not urls:
             raise ValueError("vigil_client: at least one server URL is required")
-        self._bases = [_parse_base(raw) for raw in urls]
+        if ca_file and ssl_context is not None:
+            raise ValueError("vigil_client: give ca_file or ssl_context, not both")
+        if ssl_context is None:
+            ssl_context = _ssl_context(ca_file)
+        self._bases = [_parse_base(raw, ssl_context) for raw in urls]
         self._token = token or None
         self._timeout = timeout
         self._last = 0
@@ -101,10 +111,18 @@ class Client:
     def from_env(cls, environ: Optional[Mapping[str, str]] = None, **kwargs: Any) -> "Client":
         """A Client for the servers in ``VIGIL_URL`` (comma-separated, default
         http://127.0.0.1:7711) sending the server token read from the file
-        named by ``VIGIL_TOKEN_FILE``. Raises SettingsError."""
+        named by ``VIGIL_TOKEN_FILE`` and trusting the CA certificates in the
+        file named by ``VIGIL_CA_FILE``. Raises SettingsError."""
         urls, token = connection_from_env(environ)
         if token and "token" not in kwargs:
             kwargs["token"] = token
+        env = os.environ if environ is None else environ
+        ca_file = (env.get(ENV_CA_FILE) or "").strip()
+        if ca_file and "ca_file" not in kwargs and "ssl_context" not in kwargs:
+            try:
+                kwargs["ssl_context"] = _ssl_context(ca_file)
+            except ValueError as e:
+                raise SettingsError([EnvError(ENV_CA_FILE, ca_file, f"read the CA certificates: {e.__cause__ or e}")]) from e
         return cls(urls, **kwargs)
 
     @property
@@ -361,7 +379,10 @@ class Client:
             try:
                 status, raw = base.send(method, path, query, headers, data, t)
             except _ConnectError as e:
-                failures.append(f"{base.url}: {e.cause}")
+                hint = ""
+                if isinstance(e.__cause__, ssl.SSLCertVerificationError):
+                    hint = " (the server's certificate is not trusted: give ca_file= or VIGIL_CA_FILE, the CA that signed it)"
+                failures.append(f"{base.url}: {e.cause}{hint}")
                 continue
             except (OSError, http.client.HTTPException) as e:
                 failures.append(f"{base.url}: {_describe(e)}")
@@ -392,19 +413,22 @@ class _ConnectError(Exception):
 class _Base:
     """One server URL."""
 
-    def __init__(self, url: str, scheme: str, host: str, port: Optional[int], prefix: str) -> None:
+    def __init__(
+        self, url: str, scheme: str, host: str, port: Optional[int], prefix: str, context: ssl.SSLContext
+    ) -> None:
         self.url = url
         self.scheme = scheme
         self.host = host
         self.port = port
         self.prefix = prefix
+        self.context = context
 
     def send(
         self, method: str, path: str, query: Optional[str], headers: Mapping[str, str], data: Optional[bytes], timeout: float
     ) -> "tuple[int, bytes]":
         conn: http.client.HTTPConnection
         if self.scheme == "https":
-            conn = http.client.HTTPSConnection(self.host, self.port, timeout=timeout, context=ssl.create_default_context())
+            conn = http.client.HTTPSConnection(self.host, self.port, timeout=timeout, context=self.context)
         else:
             conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
         try:
@@ -424,7 +448,18 @@ class _Base:
             conn.close()
 
 
-def _parse_base(raw: str) -> _Base:
+def _ssl_context(ca_file: Optional[str]) -> ssl.SSLContext:
+    """The default TLS client context, trusting only ca_file's certificates
+    when given. Raises ValueError naming the file."""
+    if not ca_file:
+        return ssl.create_default_context()
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError(f"vigil_client: ca_file {ca_file!r}: read the CA certificates: {_describe(e)}") from e
+
+
+def _parse_base(raw: str, context: ssl.SSLContext) -> _Base:
     text = raw.strip()
     try:
         u = urlsplit(text)
@@ -434,7 +469,7 @@ def _parse_base(raw: str) -> _Base:
     if u.scheme not in ("http", "https") or not u.hostname:
         raise ValueError(f"vigil_client: server URL {raw!r}: must be absolute http(s), like http://127.0.0.1:7711")
     prefix = u.path.rstrip("/")
-    return _Base(f"{u.scheme}://{u.netloc}{prefix}", u.scheme, u.hostname, port, prefix)
+    return _Base(f"{u.scheme}://{u.netloc}{prefix}", u.scheme, u.hostname, port, prefix, context)
 
 
 def _query(**params: Any) -> Optional[str]:

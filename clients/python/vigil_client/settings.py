@@ -11,6 +11,7 @@ variable                              default  meaning
 ``VIGIL_<KIND>_POLL_INTERVAL``        5s       idle wait between claims
 ``VIGIL_URL``                         http://127.0.0.1:7711   servers, comma-separated
 ``VIGIL_TOKEN_FILE``                  (none)   file holding the server token
+``VIGIL_CA_FILE``                     (none)   PEM CA certificates for https:// servers
 ====================================  =======  ==================================
 
 KIND is upper-cased with ``-`` and ``.`` turned into ``_``. A value is a Go
@@ -44,6 +45,9 @@ ENV_HEARTBEAT_SUFFIX = "HEARTBEAT_INTERVAL"
 ENV_POLL_SUFFIX = "POLL_INTERVAL"
 ENV_URL = "VIGIL_URL"
 ENV_TOKEN_FILE = "VIGIL_TOKEN_FILE"
+ENV_CA_FILE = "VIGIL_CA_FILE"
+"""Names a PEM file of the CA certificates to trust for an https:// server
+(a private CA); the system's roots are then not used."""
 
 URL_DEFAULT = "http://127.0.0.1:7711"
 """Where ``vigil serve`` listens by default (docs/api.md)."""
