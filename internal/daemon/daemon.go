@@ -10,11 +10,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/vigil-fleet/vigil/internal/auth"
 	"github.com/vigil-fleet/vigil/internal/clock"
 	"github.com/vigil-fleet/vigil/internal/dashboard"
 	"github.com/vigil-fleet/vigil/internal/events"
@@ -48,7 +47,13 @@ const (
 type Config struct {
 	DB        string // SQLite file path, or postgres:// URL (VIGIL_DB)
 	Addr      string // HOST:PORT; port 0 picks a free one
-	TokenFile string // file holding the bearer token; empty = no auth (loopback only)
+	// TokenFile, AgentTokenFile and ReadTokenFile hold the bearer tokens
+	// of the operator, agent and read roles (auth.ParseTokens: one a line,
+	// re-read when they change). None: no auth, loopback only, every
+	// request the operator's. The agent and read files need TokenFile.
+	TokenFile      string
+	AgentTokenFile string
+	ReadTokenFile  string
 	// AllowedHosts are Host header values served besides the listen
 	// address, the loopback names and the machine's own names
 	// (--allowed-host): NAME for any port, NAME:PORT for one.
@@ -115,12 +120,12 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if cfg.LeaseTimeout < 0 {
 		return nil, fmt.Errorf("--lease-timeout must be positive, got %s", cfg.LeaseTimeout)
 	}
-	token, err := readToken(cfg.TokenFile)
+	keyring, err := auth.Load(auth.Files{Operator: cfg.TokenFile, Agent: cfg.AgentTokenFile, Read: cfg.ReadTokenFile}, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
 	if !cfg.NoListen {
-		if err := checkExposure(cfg.Addr, token); err != nil {
+		if err := checkExposure(cfg.Addr, keyring != nil); err != nil {
 			return nil, err
 		}
 		if err := CheckAllowedHosts(cfg.AllowedHosts); err != nil {
@@ -212,7 +217,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	handler, err := httpapi.New(httpapi.Config{
 		Liveness: d.Liveness, Lease: d.Lease, Registry: d.Registry, Events: d.Events,
-		Snapshot: d.Snapshot, Store: st, Logger: cfg.Logger, Token: token, Metrics: d.Metrics,
+		Snapshot: d.Snapshot, Store: st, Logger: cfg.Logger, Keyring: keyring, Metrics: d.Metrics,
 		Hosts: hosts,
 		Timeline: &dashboard.Service{
 			Registry: d.Registry, Liveness: d.Liveness, Events: d.Events, Now: cfg.Clock.Now,
@@ -341,21 +346,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 	return errors.Join(serveErr, d.Stop())
 }
 
-func readToken(path string) (string, error) {
-	if path == "" {
-		return "", nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("--token-file: %w", err)
-	}
-	token := strings.TrimSpace(string(b))
-	if len(token) < 16 {
-		return "", fmt.Errorf("--token-file %s: the token must be at least 16 characters", path)
-	}
-	return token, nil
-}
-
 // CheckAllowedHosts validates --allowed-host values (NAME or NAME:PORT).
 func CheckAllowedHosts(hosts []string) error {
 	for _, h := range hosts {
@@ -385,13 +375,13 @@ func servedHosts(configured, bound string, allowed []string) ([]string, error) {
 	return hosts, nil
 }
 
-// checkExposure refuses a non-loopback listen address without a token.
-func checkExposure(addr, token string) error {
+// checkExposure refuses a non-loopback listen address without tokens.
+func checkExposure(addr string, tokens bool) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("--addr %q: must be HOST:PORT: %w", addr, err)
 	}
-	if token != "" {
+	if tokens {
 		return nil
 	}
 	if host == "localhost" {

@@ -10,23 +10,6 @@ import (
 	"github.com/vigil-fleet/vigil/vigiltype"
 )
 
-// routeRegistry adds the agent registry and process event endpoints
-// (DESIGN R1, E1, E2).
-func (a *api) routeRegistry(mux *http.ServeMux) {
-	mux.HandleFunc("POST /v1/agents", a.agentRegister)
-	mux.HandleFunc("GET /v1/agents", a.agentList)
-	mux.HandleFunc("GET /v1/agents/{name}", a.agentGet)
-	mux.HandleFunc("PATCH /v1/agents/{name}", a.agentUpdate)
-	mux.HandleFunc("POST /v1/agents/{name}/mark-stopped", a.agentMark(a.Registry.MarkStopped))
-	mux.HandleFunc("POST /v1/agents/{name}/mark-active", a.agentMark(a.Registry.MarkActive))
-	mux.HandleFunc("POST /v1/agents/{name}/planned-stop", a.plannedStop)
-	mux.HandleFunc("GET /v1/agents/{name}/planned-stop", a.plannedStopGet)
-
-	mux.HandleFunc("POST /v1/events", a.eventRecord)
-	mux.HandleFunc("GET /v1/events", a.eventList)
-	mux.HandleFunc("POST /v1/events/{id}/ack", a.eventAck)
-}
-
 func (a *api) agentRegister(w http.ResponseWriter, r *http.Request) {
 	create(a, w, r, a.Registry.Register)
 }
@@ -57,11 +40,14 @@ func (a *api) agentUpdate(w http.ResponseWriter, r *http.Request) {
 	a.respond(w, r, ag, err)
 }
 
-func (a *api) agentMark(mark func(ctx context.Context, name string) (*vigiltype.Agent, error)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		ag, err := mark(r.Context(), r.PathValue("name"))
-		a.respond(w, r, ag, err)
-	}
+func (a *api) agentMarkStopped(w http.ResponseWriter, r *http.Request) {
+	ag, err := a.Registry.MarkStopped(r.Context(), r.PathValue("name"))
+	a.respond(w, r, ag, err)
+}
+
+func (a *api) agentMarkActive(w http.ResponseWriter, r *http.Request) {
+	ag, err := a.Registry.MarkActive(r.Context(), r.PathValue("name"))
+	a.respond(w, r, ag, err)
 }
 
 func (a *api) plannedStop(w http.ResponseWriter, r *http.Request) {
