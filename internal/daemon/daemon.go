@@ -45,8 +45,8 @@ const (
 // Config configures a Daemon. Zero fields take the defaults above and those
 // of package lease.
 type Config struct {
-	DB        string // SQLite file path, or postgres:// URL (VIGIL_DB)
-	Addr      string // HOST:PORT; port 0 picks a free one
+	DB   string // SQLite file path, or postgres:// URL (VIGIL_DB)
+	Addr string // HOST:PORT; port 0 picks a free one
 	// TokenFile, AgentTokenFile and ReadTokenFile hold the bearer tokens
 	// of the operator, agent and read roles (auth.ParseTokens: one a line,
 	// re-read when they change). None: no auth, loopback only, every
