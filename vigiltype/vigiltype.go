@@ -293,6 +293,9 @@ var (
 	ErrStaleEpoch = errors.New("stale lease epoch: the lease is no longer held")
 	// ErrInvalidToken: the instance token does not match the instance. HTTP 403.
 	ErrInvalidToken = errors.New("instance token does not match")
+	// ErrForbidden: the bearer token's role may not make this call (an
+	// agent or read token on an operator route, docs/security.md). HTTP 403.
+	ErrForbidden = errors.New("forbidden: the token's role does not allow this call")
 	// ErrInstanceExited: the instance already reported its exit. HTTP 409.
 	ErrInstanceExited = errors.New("instance has exited")
 	// ErrInstanceStopped: the instance missed its liveness heartbeats and

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -152,6 +153,27 @@ func registerFleet(ctx context.Context, fleet *supervisor.Fleet,
 		}
 	}
 	return nil
+}
+
+// agentTokenEnv is the environment that hands the agents a supervisor
+// launches their bearer token: VIGIL_TOKEN_FILE naming the agent token file
+// when one is given, else the operator's (as before roles), else nothing.
+// The path is made absolute: agents may run in another directory.
+func agentTokenEnv(operatorFile, agentFile string) (map[string]string, error) {
+	env := map[string]string{}
+	flag, file := "--agent-token-file", agentFile
+	if file == "" {
+		flag, file = "--token-file", operatorFile
+	}
+	if file == "" {
+		return env, nil
+	}
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	env["VIGIL_TOKEN_FILE"] = abs
+	return env, nil
 }
 
 // checkBackoff validates the --backoff-* flags before anything starts.

@@ -66,6 +66,9 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if errors.Is(err, vigiltype.ErrUnauthorized) {
 		fmt.Fprintln(stderr, "vigil: this server needs its bearer token: --token-file FILE (env VIGIL_TOKEN_FILE), the file the server was started with")
 	}
+	if errors.Is(err, vigiltype.ErrForbidden) {
+		fmt.Fprintln(stderr, "vigil: this token's role may not do that: use an operator token (--token-file FILE, env VIGIL_TOKEN_FILE, a token of the server's --token-file)")
+	}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"path/filepath"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,6 +20,7 @@ func newSuperviseCmd() *cobra.Command {
 		sf                  supervisorFlags
 		logLevel, logFormat string
 		serverWait          time.Duration
+		agentTokenFile      string
 	)
 	cmd := &cobra.Command{
 		Use:     "supervise",
@@ -30,12 +31,16 @@ fleet file on this host, restart each exit with backoff, contain its
 descendants, and report to the vigil server at --server — the agents are
 registered there on start, exits and launch failures are recorded as process
 events, and stalled tasks (--stall-after) are read and taken back there. The
-agents get VIGIL_URL set to --server.
+agents get VIGIL_URL set to --server, and VIGIL_TOKEN_FILE: the
+--agent-token-file when given, else the --token-file. The supervisor's own
+token (--token-file) must be an operator's when the server has token files:
+it registers its fleet and takes stalled tasks back.
 
 Use it with a PostgreSQL-backed server shared by several hosts: one 'vigil
 serve' (or more) and one 'vigil supervise' per host.`,
 		Example: `  vigil supervise --server http://vigil.internal:7711 --fleet /etc/vigil/fleet.yaml --token-file /etc/vigil/token
-  vigil supervise --server http://a:7711,http://b:7711 --fleet fleet.yaml --stall-after 45m`,
+  vigil supervise --server http://a:7711,http://b:7711 --fleet fleet.yaml --stall-after 45m
+  vigil supervise --server http://vigil.internal:7711 --fleet fleet.yaml --token-file /etc/vigil/operator --agent-token-file /etc/vigil/agent`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(cmd, logLevel, logFormat)
@@ -54,14 +59,11 @@ serve' (or more) and one 'vigil supervise' per host.`,
 			if err := waitForServer(ctx, c, serverWait, logger); err != nil {
 				return fmt.Errorf("--server %s: %w", cf.server, err)
 			}
-			extraEnv := map[string]string{"VIGIL_URL": cf.server}
-			if cf.tokenFile != "" {
-				abs, err := filepath.Abs(cf.tokenFile)
-				if err != nil {
-					return fmt.Errorf("--token-file: %w", err)
-				}
-				extraEnv["VIGIL_TOKEN_FILE"] = abs
+			extraEnv, err := agentTokenEnv(cf.tokenFile, agentTokenFile)
+			if err != nil {
+				return err
 			}
+			extraEnv["VIGIL_URL"] = cf.server
 			remote := remoteServer{c}
 			runner := &fleetRunner{sf: &sf, cmd: cmd, host: hostname(), logger: logger,
 				config: func(f *supervisor.Fleet) supervisor.Config {
@@ -92,6 +94,10 @@ serve' (or more) and one 'vigil supervise' per host.`,
 	sf.register(cmd.Flags())
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	cmd.Flags().StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	cmd.Flags().StringVar(&agentTokenFile, "agent-token-file", os.Getenv("VIGIL_AGENT_TOKEN_FILE"),
+		"file of agent tokens handed to the agents as VIGIL_TOKEN_FILE (they send its first); default: --token-file, "+
+			"which the supervisor itself uses and must hold an operator token (it registers its fleet and takes stalled tasks back) "+
+			"(env VIGIL_AGENT_TOKEN_FILE)")
 	cmd.Flags().DurationVar(&serverWait, "server-wait", time.Minute,
 		"keep trying a server that does not answer yet for this long before giving up (0: do not wait)")
 	return cmd

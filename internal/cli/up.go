@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -46,6 +45,9 @@ On an SQLite store one vigil up runs per database: a second one is refused
 (a lock file beside the database, DB.up.lock), as it would run every agent
 twice. On PostgreSQL run one vigil up (or vigil supervise) per host and fleet.
 
+The agents get VIGIL_TOKEN_FILE: the --agent-token-file when given (they
+send its first token, with the agent role), else the --token-file.
+
 Ctrl-C (or SIGTERM) stops every agent — SIGTERM to its process group, then
 SIGKILL after --stop-grace — and then the server. On Linux this includes
 descendants that left the group (setsid, double fork): vigil adopts them as
@@ -77,13 +79,9 @@ Fleet file:
 				}
 				defer unlock()
 			}
-			extraEnv := map[string]string{}
-			if f.tokenFile != "" {
-				abs, err := filepath.Abs(f.tokenFile)
-				if err != nil {
-					return fmt.Errorf("--token-file: %w", err)
-				}
-				extraEnv["VIGIL_TOKEN_FILE"] = abs
+			extraEnv, err := agentTokenEnv(f.tokenFile, f.agentToken)
+			if err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			d, err := daemon.New(ctx, cfg)
