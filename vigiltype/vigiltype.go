@@ -219,6 +219,12 @@ type Agent struct {
 	// Version grows with every write; an update names the version it read
 	// (compare-and-swap) and fails with ErrConflict when it moved.
 	Version int64 `json:"version"`
+	// ConfigWrittenBy is the role of the token that last wrote Config
+	// ("operator", "agent", "read"), "" when unknown (written before
+	// roles, or without a config). A supervisor launches a registry
+	// record's command only when it says "operator" (and the supervisor
+	// was started with --allow-registered-launch).
+	ConfigWrittenBy string `json:"config_written_by"`
 }
 
 // EventKind is the kind of a process event (DESIGN E1).

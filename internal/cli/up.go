@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vigil-fleet/vigil/internal/auth"
 	"github.com/vigil-fleet/vigil/internal/daemon"
 	"github.com/vigil-fleet/vigil/internal/events"
 	"github.com/vigil-fleet/vigil/internal/liveness"
@@ -118,7 +119,8 @@ Fleet file:
 			err = registerFleet(ctx, fleet, func(ctx context.Context, name string) (bool, error) {
 				return found(d.Registry.Get(ctx, name))
 			}, func(ctx context.Context, name, function string) error {
-				_, err := d.Registry.Register(ctx, registry.RegisterParams{Name: name, Function: function})
+				// The server's own write, for the operator who started it.
+				_, err := d.Registry.Register(ctx, registry.RegisterParams{Name: name, Function: function, WrittenBy: string(auth.RoleOperator)})
 				return err
 			})
 			if err != nil {

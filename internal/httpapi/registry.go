@@ -11,7 +11,10 @@ import (
 )
 
 func (a *api) agentRegister(w http.ResponseWriter, r *http.Request) {
-	create(a, w, r, a.Registry.Register)
+	create(a, w, r, func(ctx context.Context, p registry.RegisterParams) (*vigiltype.Agent, error) {
+		p.WrittenBy = string(callerOf(r).role)
+		return a.Registry.Register(ctx, p)
+	})
 }
 
 func (a *api) agentList(w http.ResponseWriter, r *http.Request) {
@@ -36,6 +39,7 @@ func (a *api) agentUpdate(w http.ResponseWriter, r *http.Request) {
 	if !a.decode(w, r, &p) {
 		return
 	}
+	p.WrittenBy = string(callerOf(r).role)
 	ag, err := a.Registry.Update(r.Context(), r.PathValue("name"), p)
 	a.respond(w, r, ag, err)
 }

@@ -232,6 +232,9 @@ func TestAgentTokenCannotTakeOperatorActions(t *testing.T) {
 		r := op.do(c.method, c.path, c.body)
 		require.Less(t, r.status, 300, "%s as operator: %s", c.name, r.body)
 	}
+	// The registry keeps who wrote each launch command.
+	require.Equal(t, "operator", op.agent("evil").ConfigWrittenBy)
+	require.Equal(t, "operator", op.agent("worker").ConfigWrittenBy)
 }
 
 // Attack 2: a second instance cannot take another's running task, not
