@@ -36,6 +36,10 @@ agents get VIGIL_URL set to --server, and VIGIL_TOKEN_FILE: the
 token (--token-file) must be an operator's when the server has token files:
 it registers its fleet and takes stalled tasks back.
 
+Registry records asking this host to launch a command run only with
+--allow-registered-launch, and only when an operator token wrote them; the
+others get a launch_failure event saying why (docs/security.md).
+
 Use it with a PostgreSQL-backed server shared by several hosts: one 'vigil
 serve' (or more) and one 'vigil supervise' per host.`,
 		Example: `  vigil supervise --server http://vigil.internal:7711 --fleet /etc/vigil/fleet.yaml --token-file /etc/vigil/token
@@ -65,7 +69,7 @@ serve' (or more) and one 'vigil supervise' per host.`,
 			}
 			extraEnv["VIGIL_URL"] = cf.server
 			remote := remoteServer{c}
-			runner := &fleetRunner{sf: &sf, cmd: cmd, host: hostname(), logger: logger,
+			runner := &fleetRunner{sf: &sf, cmd: cmd, host: hostname(), logger: logger, events: remote,
 				config: func(f *supervisor.Fleet) supervisor.Config {
 					return sf.config(cmd, f, extraEnv, logger, remote, remote,
 						desiredFrom{agent: c.GetAgent, plannedStop: c.ActivePlannedStop}, remote.registered, c.GetProcess)

@@ -46,6 +46,12 @@ On an SQLite store one vigil up runs per database: a second one is refused
 (a lock file beside the database, DB.up.lock), as it would run every agent
 twice. On PostgreSQL run one vigil up (or vigil supervise) per host and fleet.
 
+Only the fleet file's agents are launched. With --allow-registered-launch
+an agent registered later whose config asks this host to run a command
+({"launch": {"host", "command", "env", "dir"}}) is launched too, when an
+operator token wrote that config; any other such record gets a
+launch_failure event saying why it was not launched (docs/security.md).
+
 The agents get VIGIL_TOKEN_FILE: the --agent-token-file when given (they
 send its first token, with the agent role), else the --token-file.
 
@@ -90,7 +96,10 @@ Fleet file:
 				return err
 			}
 			extraEnv["VIGIL_URL"] = d.URL()
-			runner := &fleetRunner{sf: &sf, cmd: cmd, host: hostname(), logger: logger,
+			if sf.allowRegistered && cfg.TokenFile == "" {
+				logger.Warn("--allow-registered-launch on a server without token files: every program that can reach it is the operator and may register a command to run here")
+			}
+			runner := &fleetRunner{sf: &sf, cmd: cmd, host: hostname(), logger: logger, events: eventRecorder{d.Events},
 				config: func(f *supervisor.Fleet) supervisor.Config {
 					c := sf.config(cmd, f, extraEnv, logger, eventRecorder{d.Events}, d.Lease,
 						desiredFrom{agent: d.Registry.Get, plannedStop: d.Events.ActivePlannedStop}, func(ctx context.Context, kind, host string, within time.Duration) ([]*vigiltype.Process, error) {
