@@ -17,6 +17,7 @@ const (
 	CodeMalformedJSON    = "malformed_json"     // 400: body is not JSON of the expected shape
 	CodeUnauthorized     = "unauthorized"       // 401: server token missing or wrong
 	CodeInvalidToken     = "invalid_token"      // 403: instance token does not belong to the instance
+	CodeForbidden        = "forbidden"          // 403: the bearer token's role may not make this call
 	CodeNotFound         = "not_found"          // 404: no such instance, kind, task or route
 	CodeMethodNotAllowed = "method_not_allowed" // 405
 	CodeStaleEpoch       = "stale_epoch"        // 409: lease not held at that epoch by that instance
@@ -39,6 +40,7 @@ const (
 // stale_epoch → ErrStaleEpoch, not_found → ErrNotFound, invalid and
 // malformed_json → ErrInvalid, invalid_token → ErrInvalidToken,
 // instance_exited → ErrInstanceExited, unauthorized → ErrUnauthorized,
+// forbidden → ErrForbidden,
 // outcome_conflict → ErrOutcomeConflict, unavailable → ErrUnavailable.
 type APIError struct {
 	Status  int
@@ -71,6 +73,7 @@ var sentinels = map[string]error{
 	CodeConflict:        vigiltype.ErrConflict,
 	CodeNotClaimable:    vigiltype.ErrNotClaimable,
 	CodeUnauthorized:    vigiltype.ErrUnauthorized,
+	CodeForbidden:       vigiltype.ErrForbidden,
 	CodeOutcomeConflict: vigiltype.ErrOutcomeConflict,
 	CodeUnavailable:     vigiltype.ErrUnavailable,
 }

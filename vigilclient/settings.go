@@ -40,7 +40,9 @@ const (
 	// (default URLDefault).
 	EnvURL = "VIGIL_URL"
 	// EnvTokenFile names a file holding the server token (optional); it is
-	// sent as "Authorization: Bearer <token>".
+	// sent as "Authorization: Bearer <token>". The file holds one token a
+	// line, blank lines and # comments skipped; the first is sent (a token
+	// file of the server's, where the newest token goes first).
 	EnvTokenFile = "VIGIL_TOKEN_FILE"
 	// EnvCAFile names a PEM file of the CA certificates to trust for an
 	// https:// server (optional; see LoadCAFile): the system's roots are
@@ -237,9 +239,20 @@ func connFromLookup(lookup func(string) (string, bool), readFile func(string) ([
 		if err != nil {
 			return nil, "", fmt.Errorf("%s=%q: read the server token: %w", EnvTokenFile, path, err)
 		}
-		if token = strings.TrimSpace(string(b)); token == "" {
+		if token = firstToken(string(b)); token == "" {
 			return nil, "", &EnvError{Var: EnvTokenFile, Value: path, Rule: "the file must hold the server token"}
 		}
 	}
 	return urls, token, nil
+}
+
+// firstToken is the first token of a token file's text: its first line
+// that is neither blank nor a # comment, trimmed; "" when there is none.
+func firstToken(text string) string {
+	for line := range strings.Lines(text) {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			return line
+		}
+	}
+	return ""
 }

@@ -156,11 +156,18 @@ func TestConnFromLookup(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "s3cret", token)
 
+	// A server's token file with several tokens (a rotation): the first.
+	_, token, err = connFromLookup(mapLookup(map[string]string{EnvTokenFile: "/etc/vigil/agent"}), func(string) ([]byte, error) {
+		return []byte("# rotated 2026-12-01\n\n  new-token-0123456789  \nold-token-0123456789\n"), nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, "new-token-0123456789", token)
+
 	_, _, err = connFromLookup(mapLookup(map[string]string{EnvTokenFile: "/nope"}), noFile)
 	require.ErrorIs(t, err, os.ErrNotExist)
 	require.Contains(t, err.Error(), "VIGIL_TOKEN_FILE")
 
-	_, _, err = connFromLookup(mapLookup(map[string]string{EnvTokenFile: "/empty"}), func(string) ([]byte, error) { return []byte(" \n"), nil })
+	_, _, err = connFromLookup(mapLookup(map[string]string{EnvTokenFile: "/empty"}), func(string) ([]byte, error) { return []byte(" \n# only a comment\n"), nil })
 	require.ErrorIs(t, err, vigiltype.ErrInvalid)
 	require.Contains(t, err.Error(), "VIGIL_TOKEN_FILE")
 }

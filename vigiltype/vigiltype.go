@@ -238,6 +238,12 @@ type Agent struct {
 	// Version grows with every write; an update names the version it read
 	// (compare-and-swap) and fails with ErrConflict when it moved.
 	Version int64 `json:"version"`
+	// ConfigWrittenBy is the role of the token that last wrote Config
+	// ("operator", "agent", "read"), "" when unknown (written before
+	// roles, or without a config). A supervisor launches a registry
+	// record's command only when it says "operator" (and the supervisor
+	// was started with --allow-registered-launch).
+	ConfigWrittenBy string `json:"config_written_by"`
 }
 
 // EventKind is the kind of a process event (DESIGN E1).
@@ -312,6 +318,9 @@ var (
 	ErrStaleEpoch = errors.New("stale lease epoch: the lease is no longer held")
 	// ErrInvalidToken: the instance token does not match the instance. HTTP 403.
 	ErrInvalidToken = errors.New("instance token does not match")
+	// ErrForbidden: the bearer token's role may not make this call (an
+	// agent or read token on an operator route, docs/security.md). HTTP 403.
+	ErrForbidden = errors.New("forbidden: the token's role does not allow this call")
 	// ErrInstanceExited: the instance already reported its exit. HTTP 409.
 	ErrInstanceExited = errors.New("instance has exited")
 	// ErrInstanceStopped: the instance missed its liveness heartbeats and

@@ -123,7 +123,7 @@ func TestBadFlags(t *testing.T) {
 		{"lease timeout", []string{"tasks", "add", "sleep", "--lease-timeout", "500ms"}, "--lease-timeout must be 0 (the server's) or between 1s and 24h, got 500ms"},
 		{"delay", []string{"tasks", "add", "sleep", "--delay", "-1s"}, "--delay must not be negative"},
 		{"payload file", []string{"tasks", "add", "sleep", "--payload", "@/nonexistent/p.json"}, "--payload: open /nonexistent/p.json"},
-		{"empty token file", []string{"ps", "--token-file", emptyFile}, "the file is empty"},
+		{"empty token file", []string{"ps", "--token-file", emptyFile}, "no token in the file"},
 		{"task type", []string{"tasks", "add", "bad type"}, "task_type: may only contain"},
 		{"task id", []string{"tasks", "show", "abc"}, `task ID "abc": must be a positive integer`},
 		{"prune", []string{"prune", "--older-than", "-1h"}, "--older-than must be a positive duration"},
@@ -265,4 +265,46 @@ func TestUnauthorizedSaysWhichFlag(t *testing.T) {
 
 	code, _, errOut = run(t, "ps", "--server", srv.URL, "--token-file", tokenFile)
 	require.Equal(t, exitOK, code, errOut)
+}
+
+// A read token reads; a command that changes the fleet gets the 403 and is
+// told it needs an operator token. A token file with several tokens sends
+// its first.
+func TestForbiddenSaysWhichToken(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
+		return path
+	}
+	op := file("operator", "# newest first\noperator-token-new-0123\noperator-token-old-0123\n")
+	read := file("read", "read-token-0123456789ab\n")
+	srv := testserver.Start(t, testserver.WithRoleTokenFiles(op, "", read))
+
+	code, _, errOut := run(t, "ps", "--server", srv.URL, "--token-file", read)
+	require.Equal(t, exitOK, code, errOut)
+	code, _, errOut = run(t, "prune", "--server", srv.URL, "--token-file", read, "--older-than", "1h")
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "needs the operator role; this token has the read role")
+	require.Contains(t, errOut, "use an operator token")
+	code, _, errOut = run(t, "prune", "--server", srv.URL, "--token-file", op, "--older-than", "1h")
+	require.Equal(t, exitOK, code, errOut)
+}
+
+// The agents a supervisor launches get the agent token file when there is
+// one, else the operator's, as an absolute path.
+func TestAgentTokenEnv(t *testing.T) {
+	t.Parallel()
+	env, err := agentTokenEnv("", "")
+	require.NoError(t, err)
+	require.Empty(t, env)
+	env, err = agentTokenEnv("op", "")
+	require.NoError(t, err)
+	abs, err := filepath.Abs("op")
+	require.NoError(t, err)
+	require.Equal(t, abs, env["VIGIL_TOKEN_FILE"])
+	env, err = agentTokenEnv("op", "/etc/vigil/agent")
+	require.NoError(t, err)
+	require.Equal(t, "/etc/vigil/agent", env["VIGIL_TOKEN_FILE"])
 }

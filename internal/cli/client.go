@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vigil-fleet/vigil/internal/auth"
 	"github.com/vigil-fleet/vigil/vigilclient"
 )
 
@@ -34,7 +35,8 @@ func (f *clientFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.server, "server", envOr("VIGIL_URL", URLDefault),
 		"vigil server URL; several comma-separated URLs are tried in turn (env VIGIL_URL)")
 	fs.StringVar(&f.tokenFile, "token-file", os.Getenv("VIGIL_TOKEN_FILE"),
-		"file holding the server's bearer token (env VIGIL_TOKEN_FILE)")
+		"file holding the bearer token to send, its first token if several (env VIGIL_TOKEN_FILE); "+
+			"commands that change the fleet need an operator token, reads any role's")
 	fs.BoolVar(&f.json, "json", false, "print JSON for scripts instead of a table")
 	fs.StringVar(&f.caFile, "ca-file", os.Getenv("VIGIL_CA_FILE"),
 		"PEM file of the CA certificates to trust for an https:// --server, instead of the system's (env VIGIL_CA_FILE)")
@@ -43,13 +45,9 @@ func (f *clientFlags) register(cmd *cobra.Command) {
 func (f *clientFlags) client() (*vigilclient.Client, error) {
 	var opts []vigilclient.Option
 	if f.tokenFile != "" {
-		b, err := os.ReadFile(f.tokenFile)
+		token, err := auth.ReadClientToken(f.tokenFile)
 		if err != nil {
 			return nil, fmt.Errorf("--token-file: %w", err)
-		}
-		token := strings.TrimSpace(string(b))
-		if token == "" {
-			return nil, fmt.Errorf("--token-file %s: the file is empty", f.tokenFile)
 		}
 		opts = append(opts, vigilclient.WithToken(token))
 	}

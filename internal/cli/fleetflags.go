@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/vigil-fleet/vigil/internal/auth"
 	"github.com/vigil-fleet/vigil/internal/registry"
 	"github.com/vigil-fleet/vigil/internal/supervisor"
 	"github.com/vigil-fleet/vigil/vigiltype"
@@ -31,6 +33,9 @@ type supervisorFlags struct {
 	logKeep   int
 	stall     stallFlags
 	control   time.Duration
+	// allowRegistered lets registry records launch commands (written with
+	// the operator role), besides the fleet file's agents.
+	allowRegistered bool
 }
 
 func (sf *supervisorFlags) register(fs *pflag.FlagSet) {
@@ -53,6 +58,10 @@ func (sf *supervisorFlags) register(fs *pflag.FlagSet) {
 	sf.stall.register(fs)
 	fs.DurationVar(&sf.control, "control-poll", supervisor.DesiredPollDefault,
 		"how often to read what operators asked with vigil stop, start and restart")
+	fs.BoolVar(&sf.allowRegistered, "allow-registered-launch", false,
+		"also launch agents the registry asks this host to run ({\"launch\": {\"host\", \"command\", …}} in an agent's config), "+
+			"when an operator token wrote that config; off: only the fleet file's agents run, and such a record gets a "+
+			"launch_failure event saying why (on a server without token files every local program is the operator)")
 }
 
 // load validates the flags and reads the fleet file; defaultLogs is the log
@@ -152,6 +161,27 @@ func registerFleet(ctx context.Context, fleet *supervisor.Fleet,
 		}
 	}
 	return nil
+}
+
+// agentTokenEnv is the environment that hands the agents a supervisor
+// launches their bearer token: VIGIL_TOKEN_FILE naming the agent token file
+// when one is given, else the operator's (as before roles), else nothing.
+// The path is made absolute: agents may run in another directory.
+func agentTokenEnv(operatorFile, agentFile string) (map[string]string, error) {
+	env := map[string]string{}
+	flag, file := "--agent-token-file", agentFile
+	if file == "" {
+		flag, file = "--token-file", operatorFile
+	}
+	if file == "" {
+		return env, nil
+	}
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	env["VIGIL_TOKEN_FILE"] = abs
+	return env, nil
 }
 
 // checkBackoff validates the --backoff-* flags before anything starts.
@@ -276,13 +306,33 @@ type launchConfig struct {
 	} `json:"launch"`
 }
 
-// launchable returns the agent a registry record asks this host to run.
-func launchable(a vigiltype.Agent, host string) (supervisor.Agent, bool) {
+// registeredLaunch decides what to do with a registry record seen by a
+// supervisor on host: ask is false when the record does not ask this host
+// to launch anything (no launch block, or one for another host); else
+// refusal says why it is not launched ("" when it is: allow is
+// --allow-registered-launch, and the config must have been written with the
+// operator role). Launch commands are operator data (issue #13): an agent
+// or read token, or a record from before roles, never makes a host run a
+// command.
+func registeredLaunch(a vigiltype.Agent, host string, allow bool) (spec supervisor.Agent, ask bool, refusal string) {
 	var c launchConfig
 	if len(a.Config) == 0 || json.Unmarshal(a.Config, &c) != nil || c.Launch == nil || c.Launch.Host != host {
-		return supervisor.Agent{}, false
+		return supervisor.Agent{}, false, ""
 	}
-	return supervisor.Agent{Name: a.Name, Command: c.Launch.Command, Env: c.Launch.Env, Dir: c.Launch.Dir}, true
+	spec = supervisor.Agent{Name: a.Name, Command: c.Launch.Command, Env: c.Launch.Env, Dir: c.Launch.Dir}
+	switch {
+	case !allow:
+		return spec, true, "not launched: this supervisor runs only its fleet file's agents " +
+			"(start it with --allow-registered-launch to also run registry records an operator wrote)"
+	case a.ConfigWrittenBy != string(auth.RoleOperator):
+		by := "no known role (written before roles)"
+		if a.ConfigWrittenBy != "" {
+			by = "the " + a.ConfigWrittenBy + " role"
+		}
+		return spec, true, "not launched: the launch config was written with " + by +
+			"; only a config written with the operator role is run"
+	}
+	return spec, true, ""
 }
 
 // fleetRunner runs a fleet's supervisor and picks up agents registered
@@ -297,6 +347,8 @@ type fleetRunner struct {
 	config func(fleet *supervisor.Fleet) supervisor.Config
 	// list reads the registry.
 	list func(ctx context.Context) ([]vigiltype.Agent, error)
+	// events records why a registered agent was not launched.
+	events supervisor.EventSink
 }
 
 // run runs sup (the fleet file's agents, named in known) and the watch for
@@ -309,11 +361,14 @@ func (r *fleetRunner) run(ctx context.Context, sup *supervisor.Supervisor, known
 	return err
 }
 
-// watch polls the registry every --control-poll for launchable agents it
-// does not run yet and starts a supervisor for each.
+// watch polls the registry every --control-poll for agents it does not run
+// yet that ask this host to launch them, and starts a supervisor for each
+// it may launch (registeredLaunch). One it may not gets a launch_failure
+// event saying why, once for each version of its record.
 func (r *fleetRunner) watch(ctx context.Context, known map[string]bool, wg *sync.WaitGroup) {
 	t := time.NewTicker(r.sf.control)
 	defer t.Stop()
+	refused := map[string]int64{} // agent → the record version refused
 	for {
 		if agents, err := r.list(ctx); err != nil {
 			if ctx.Err() == nil {
@@ -324,8 +379,15 @@ func (r *fleetRunner) watch(ctx context.Context, known map[string]bool, wg *sync
 				if known[a.Name] {
 					continue
 				}
-				spec, ok := launchable(a, r.host)
-				if !ok {
+				spec, ask, refusal := registeredLaunch(a, r.host, r.sf.allowRegistered)
+				if !ask {
+					continue
+				}
+				if refusal != "" {
+					if refused[a.Name] != a.Version {
+						refused[a.Name] = a.Version
+						r.refuse(ctx, a, spec, refusal)
+					}
 					continue
 				}
 				known[a.Name] = true
@@ -347,6 +409,21 @@ func (r *fleetRunner) watch(ctx context.Context, known map[string]bool, wg *sync
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// refuse logs and records why registry record a was not launched.
+func (r *fleetRunner) refuse(ctx context.Context, a vigiltype.Agent, spec supervisor.Agent, why string) {
+	r.logger.Warn("registered agent not launched", "agent", a.Name, "command", spec.Command,
+		"config_written_by", a.ConfigWrittenBy, "why", why)
+	if r.events == nil {
+		return
+	}
+	e := supervisor.Event{Agent: a.Name, Kind: vigiltype.EventLaunchFailure, Detail: map[string]any{
+		"error": why, "refused": true, "command": spec.Command, "config_written_by": a.ConfigWrittenBy, "host": r.host,
+	}}
+	if err := r.events.RecordEvent(ctx, e); err != nil && ctx.Err() == nil {
+		r.logger.Warn("cannot record why a registered agent was not launched", "agent", a.Name, "err", err)
 	}
 }
 

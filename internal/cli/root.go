@@ -71,6 +71,9 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if certificateError(err) {
 		fmt.Fprintln(stderr, "vigil: the server's certificate is not trusted: --ca-file FILE (env VIGIL_CA_FILE), the CA certificate that signed it")
 	}
+	if errors.Is(err, vigiltype.ErrForbidden) {
+		fmt.Fprintln(stderr, "vigil: this token's role may not do that: use an operator token (--token-file FILE, env VIGIL_TOKEN_FILE, a token of the server's --token-file)")
+	}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code

@@ -26,6 +26,8 @@ type serverFlags struct {
 	db            string
 	addr          string
 	tokenFile     string
+	agentToken    string
+	readToken     string
 	allowedHosts  []string
 	leaseTimeout  time.Duration
 	leaseExpiry   string
@@ -46,7 +48,13 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.addr, "addr", envOr("VIGIL_ADDR", daemon.AddrDefault),
 		"HOST:PORT to serve the API on; a non-loopback address needs --token-file and --tls-cert/--tls-key (or --insecure-listen behind a TLS proxy) (env VIGIL_ADDR)")
 	fs.StringVar(&f.tokenFile, "token-file", os.Getenv("VIGIL_TOKEN_FILE"),
-		"file holding a bearer token (16+ chars) required on every endpoint but /healthz (env VIGIL_TOKEN_FILE)")
+		"file of operator tokens: one a line (16+ chars; blank lines and # comments skipped; several while rotating), "+
+			"re-read when it changes; with any token file every endpoint but /healthz and the dashboard page needs a token (env VIGIL_TOKEN_FILE)")
+	fs.StringVar(&f.agentToken, "agent-token-file", os.Getenv("VIGIL_AGENT_TOKEN_FILE"),
+		"file of agent tokens, same format: register, heartbeat, exit, claim, lease calls, enqueue, events, reads; "+
+			"not registry writes, stops, acks, prune or reclaim (needs --token-file; env VIGIL_AGENT_TOKEN_FILE)")
+	fs.StringVar(&f.readToken, "read-token-file", os.Getenv("VIGIL_READ_TOKEN_FILE"),
+		"file of read tokens, same format: GETs, the dashboard, /metrics, MCP (needs --token-file; env VIGIL_READ_TOKEN_FILE)")
 	fs.StringArrayVar(&f.allowedHosts, "allowed-host", nil,
 		"a Host name clients may use besides the listen address, localhost, 127.0.0.1, [::1] and this machine's hostname "+
 			"(and, listening on 0.0.0.0 or [::], its interface addresses): NAME for any port or NAME:PORT; repeatable. "+
@@ -91,7 +99,8 @@ func (f *serverFlags) config(cmd *cobra.Command) (daemon.Config, *slog.Logger, e
 		return daemon.Config{}, nil, fmt.Errorf("--sweep-interval must be at least %s, got %s", sweepIntervalMin, f.sweepInterval)
 	}
 	return daemon.Config{
-		DB: f.db, Addr: f.addr, TokenFile: f.tokenFile, AllowedHosts: f.allowedHosts,
+		DB: f.db, Addr: f.addr, TokenFile: f.tokenFile, AgentTokenFile: f.agentToken, ReadTokenFile: f.readToken,
+		AllowedHosts: f.allowedHosts,
 		LeaseTimeout: f.leaseTimeout, LeaseExpiry: lease.ExpiryPolicy(f.leaseExpiry),
 		SweepInterval: f.sweepInterval, ActivityStaleness: f.staleness, Logger: logger,
 		TLSCertFile: f.tlsCert, TLSKeyFile: f.tlsKey, InsecureListen: f.insecureListen,
@@ -128,11 +137,24 @@ certificate rotates without a restart; a pair that does not load then keeps
 the previous one (a warning is logged). A non-loopback --addr needs TLS, or
 --insecure-listen when a TLS-terminating proxy is in front. Clients of a
 server whose certificate a private CA signed are given that CA: --ca-file or
-VIGIL_CA_FILE (docs/security.md).`,
+VIGIL_CA_FILE (docs/security.md).
+
+Roles (docs/security.md): --token-file holds the operator's tokens (every
+call), --agent-token-file the agents' (their own instances, tasks and
+events, and reads), --read-token-file read-only ones (the dashboard,
+/metrics, MCP). Registry writes, stops, planned stops, acks, prune and
+reclaim are the operator's; the holder of a task may reclaim it with its
+instance token. A call the token's role may not make gets 403 forbidden.
+Without any token file the server listens on loopback only and every
+request is the operator's. Each file holds one token a line; to rotate,
+add the new token, move clients to it, then remove the old one: the server
+re-reads a file within a second of a change. Every write is logged with
+its route, role and instance (msg=audit).`,
 		Example: `  vigil serve
   vigil serve --db /var/lib/vigil/vigil.db --addr 127.0.0.1:7711
   vigil serve --db postgres://vigil@db.internal/vigil --addr 0.0.0.0:7711 --token-file /etc/vigil/token --tls-cert /etc/vigil/cert.pem --tls-key /etc/vigil/key.pem
-  vigil serve --addr 0.0.0.0:7711 --token-file /etc/vigil/token --allowed-host vigil.internal --insecure-listen   # behind a TLS-terminating proxy`,
+  vigil serve --addr 0.0.0.0:7711 --token-file /etc/vigil/token --allowed-host vigil.internal --insecure-listen   # behind a TLS-terminating proxy
+  vigil serve --addr 0.0.0.0:7711 --token-file /etc/vigil/operator --agent-token-file /etc/vigil/agent --read-token-file /etc/vigil/read --tls-cert /etc/vigil/cert.pem --tls-key /etc/vigil/key.pem`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, _, err := f.config(cmd)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -20,6 +21,7 @@ func newSuperviseCmd() *cobra.Command {
 		sf                  supervisorFlags
 		logLevel, logFormat string
 		serverWait          time.Duration
+		agentTokenFile      string
 	)
 	cmd := &cobra.Command{
 		Use:     "supervise",
@@ -30,13 +32,21 @@ fleet file on this host, restart each exit with backoff, contain its
 descendants, and report to the vigil server at --server — the agents are
 registered there on start, exits and launch failures are recorded as process
 events, and stalled tasks (--stall-after) are read and taken back there. The
-agents get VIGIL_URL set to --server (and VIGIL_TOKEN_FILE, VIGIL_CA_FILE to
---token-file, --ca-file when given).
+agents get VIGIL_URL set to --server, VIGIL_CA_FILE to --ca-file when given,
+and VIGIL_TOKEN_FILE: the --agent-token-file when given, else the
+--token-file. The supervisor's own token (--token-file) must be an
+operator's when the server has token files: it registers its fleet and
+takes stalled tasks back.
+
+Registry records asking this host to launch a command run only with
+--allow-registered-launch, and only when an operator token wrote them; the
+others get a launch_failure event saying why (docs/security.md).
 
 Use it with a PostgreSQL-backed server shared by several hosts: one 'vigil
 serve' (or more) and one 'vigil supervise' per host.`,
 		Example: `  vigil supervise --server https://vigil.internal:7711 --fleet /etc/vigil/fleet.yaml --token-file /etc/vigil/token --ca-file /etc/vigil/ca.pem
-  vigil supervise --server https://a:7711,https://b:7711 --fleet fleet.yaml --stall-after 45m`,
+  vigil supervise --server https://a:7711,https://b:7711 --fleet fleet.yaml --stall-after 45m
+  vigil supervise --server https://vigil.internal:7711 --fleet fleet.yaml --token-file /etc/vigil/operator --agent-token-file /etc/vigil/agent --ca-file /etc/vigil/ca.pem`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(cmd, logLevel, logFormat)
@@ -55,13 +65,9 @@ serve' (or more) and one 'vigil supervise' per host.`,
 			if err := waitForServer(ctx, c, serverWait, logger); err != nil {
 				return fmt.Errorf("--server %s: %w", cf.server, err)
 			}
-			extraEnv := map[string]string{"VIGIL_URL": cf.server}
-			if cf.tokenFile != "" {
-				abs, err := filepath.Abs(cf.tokenFile)
-				if err != nil {
-					return fmt.Errorf("--token-file: %w", err)
-				}
-				extraEnv["VIGIL_TOKEN_FILE"] = abs
+			extraEnv, err := agentTokenEnv(cf.tokenFile, agentTokenFile)
+			if err != nil {
+				return err
 			}
 			if cf.caFile != "" {
 				abs, err := filepath.Abs(cf.caFile)
@@ -70,8 +76,9 @@ serve' (or more) and one 'vigil supervise' per host.`,
 				}
 				extraEnv["VIGIL_CA_FILE"] = abs
 			}
+			extraEnv["VIGIL_URL"] = cf.server
 			remote := remoteServer{c}
-			runner := &fleetRunner{sf: &sf, cmd: cmd, host: hostname(), logger: logger,
+			runner := &fleetRunner{sf: &sf, cmd: cmd, host: hostname(), logger: logger, events: remote,
 				config: func(f *supervisor.Fleet) supervisor.Config {
 					return sf.config(cmd, f, extraEnv, logger, remote, remote,
 						desiredFrom{agent: c.GetAgent, plannedStop: c.ActivePlannedStop}, remote.registered, c.GetProcess)
@@ -100,6 +107,10 @@ serve' (or more) and one 'vigil supervise' per host.`,
 	sf.register(cmd.Flags())
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	cmd.Flags().StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	cmd.Flags().StringVar(&agentTokenFile, "agent-token-file", os.Getenv("VIGIL_AGENT_TOKEN_FILE"),
+		"file of agent tokens handed to the agents as VIGIL_TOKEN_FILE (they send its first); default: --token-file, "+
+			"which the supervisor itself uses and must hold an operator token (it registers its fleet and takes stalled tasks back) "+
+			"(env VIGIL_AGENT_TOKEN_FILE)")
 	cmd.Flags().DurationVar(&serverWait, "server-wait", time.Minute,
 		"keep trying a server that does not answer yet for this long before giving up (0: do not wait)")
 	return cmd

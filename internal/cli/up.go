@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vigil-fleet/vigil/internal/auth"
 	"github.com/vigil-fleet/vigil/internal/daemon"
 	"github.com/vigil-fleet/vigil/internal/events"
 	"github.com/vigil-fleet/vigil/internal/liveness"
@@ -47,6 +48,15 @@ rotated by size; 'vigil logs AGENT' prints it.
 On an SQLite store one vigil up runs per database: a second one is refused
 (a lock file beside the database, DB.up.lock), as it would run every agent
 twice. On PostgreSQL run one vigil up (or vigil supervise) per host and fleet.
+
+Only the fleet file's agents are launched. With --allow-registered-launch
+an agent registered later whose config asks this host to run a command
+({"launch": {"host", "command", "env", "dir"}}) is launched too, when an
+operator token wrote that config; any other such record gets a
+launch_failure event saying why it was not launched (docs/security.md).
+
+The agents get VIGIL_TOKEN_FILE: the --agent-token-file when given (they
+send its first token, with the agent role), else the --token-file.
 
 Ctrl-C (or SIGTERM) stops every agent — SIGTERM to its process group, then
 SIGKILL after --stop-grace — and then the server. On Linux this includes
@@ -85,13 +95,9 @@ the agents get it as VIGIL_CA_FILE. SIGHUP re-reads the certificate pair.`,
 				}
 				defer unlock()
 			}
-			extraEnv := map[string]string{}
-			if f.tokenFile != "" {
-				abs, err := filepath.Abs(f.tokenFile)
-				if err != nil {
-					return fmt.Errorf("--token-file: %w", err)
-				}
-				extraEnv["VIGIL_TOKEN_FILE"] = abs
+			extraEnv, err := agentTokenEnv(f.tokenFile, f.agentToken)
+			if err != nil {
+				return err
 			}
 			if caFile != "" {
 				abs, err := filepath.Abs(caFile)
@@ -107,7 +113,10 @@ the agents get it as VIGIL_CA_FILE. SIGHUP re-reads the certificate pair.`,
 			}
 			extraEnv["VIGIL_URL"] = d.URL()
 			defer reloadTLSOnHangup(d, cfg)()
-			runner := &fleetRunner{sf: &sf, cmd: cmd, host: hostname(), logger: logger,
+			if sf.allowRegistered && cfg.TokenFile == "" {
+				logger.Warn("--allow-registered-launch on a server without token files: every program that can reach it is the operator and may register a command to run here")
+			}
+			runner := &fleetRunner{sf: &sf, cmd: cmd, host: hostname(), logger: logger, events: eventRecorder{d.Events},
 				config: func(f *supervisor.Fleet) supervisor.Config {
 					c := sf.config(cmd, f, extraEnv, logger, eventRecorder{d.Events}, d.Lease,
 						desiredFrom{agent: d.Registry.Get, plannedStop: d.Events.ActivePlannedStop}, func(ctx context.Context, kind, host string, within time.Duration) ([]*vigiltype.Process, error) {
@@ -137,7 +146,8 @@ the agents get it as VIGIL_CA_FILE. SIGHUP re-reads the certificate pair.`,
 			err = registerFleet(ctx, fleet, func(ctx context.Context, name string) (bool, error) {
 				return found(d.Registry.Get(ctx, name))
 			}, func(ctx context.Context, name, function string) error {
-				_, err := d.Registry.Register(ctx, registry.RegisterParams{Name: name, Function: function})
+				// The server's own write, for the operator who started it.
+				_, err := d.Registry.Register(ctx, registry.RegisterParams{Name: name, Function: function, WrittenBy: string(auth.RoleOperator)})
 				return err
 			})
 			if err != nil {

@@ -11,11 +11,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/vigil-fleet/vigil/internal/auth"
 	"github.com/vigil-fleet/vigil/internal/clock"
 	"github.com/vigil-fleet/vigil/internal/dashboard"
 	"github.com/vigil-fleet/vigil/internal/events"
@@ -47,9 +46,15 @@ const (
 // Config configures a Daemon. Zero fields take the defaults above and those
 // of package lease.
 type Config struct {
-	DB        string // SQLite file path, or postgres:// URL (VIGIL_DB)
-	Addr      string // HOST:PORT; port 0 picks a free one
-	TokenFile string // file holding the bearer token; empty = no auth (loopback only)
+	DB   string // SQLite file path, or postgres:// URL (VIGIL_DB)
+	Addr string // HOST:PORT; port 0 picks a free one
+	// TokenFile, AgentTokenFile and ReadTokenFile hold the bearer tokens
+	// of the operator, agent and read roles (auth.ParseTokens: one a line,
+	// re-read when they change). None: no auth, loopback only, every
+	// request the operator's. The agent and read files need TokenFile.
+	TokenFile      string
+	AgentTokenFile string
+	ReadTokenFile  string
 	// AllowedHosts are Host header values served besides the listen
 	// address, the loopback names and the machine's own names
 	// (--allowed-host): NAME for any port, NAME:PORT for one.
@@ -103,6 +108,7 @@ type Daemon struct {
 	Lease    *lease.Service
 	Snapshot *snapshot.Service
 	sweepers []*sweeper.Sweeper
+	pulser   *liveness.Pulser // nil when Config.PulseGap < 0
 	listener net.Listener
 	server   *http.Server
 	certs    *certReloader // nil without TLS
@@ -132,7 +138,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if cfg.LeaseTimeout < 0 {
 		return nil, fmt.Errorf("--lease-timeout must be positive, got %s", cfg.LeaseTimeout)
 	}
-	token, err := readToken(cfg.TokenFile)
+	keyring, err := auth.Load(auth.Files{Operator: cfg.TokenFile, Agent: cfg.AgentTokenFile, Read: cfg.ReadTokenFile}, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +146,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	if !cfg.NoListen {
-		if err := checkExposure(cfg.Addr, token); err != nil {
+		if err := checkExposure(cfg.Addr, keyring != nil); err != nil {
 			return nil, err
 		}
 		if err := CheckAllowedHosts(cfg.AllowedHosts); err != nil {
@@ -186,6 +192,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	var pulser *liveness.Pulser
 	if cfg.PulseGap >= 0 {
 		pulser = liveness.NewPulser(st, cfg.Clock, cmp.Or(cfg.PulseGap, liveness.PulseGapDefault), cfg.Logger)
+		d.pulser = pulser
 	}
 	d.Lease, err = lease.New(lease.Config{
 		Store: st, Liveness: d.Liveness, Clock: cfg.Clock,
@@ -242,7 +249,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	handler, err := httpapi.New(httpapi.Config{
 		Liveness: d.Liveness, Lease: d.Lease, Registry: d.Registry, Events: d.Events,
-		Snapshot: d.Snapshot, Store: st, Logger: cfg.Logger, Token: token, Metrics: d.Metrics,
+		Snapshot: d.Snapshot, Store: st, Logger: cfg.Logger, Keyring: keyring, Metrics: d.Metrics,
 		Hosts: hosts,
 		Timeline: &dashboard.Service{
 			Registry: d.Registry, Liveness: d.Liveness, Events: d.Events, Now: cfg.Clock.Now,
@@ -317,6 +324,16 @@ func (d *Daemon) Store() store.Store { return d.store }
 // they run until Stop.
 func (d *Daemon) Start(ctx context.Context) {
 	d.served = make(chan error, 1)
+	if d.pulser != nil {
+		// One pulse before anything is served or swept: the time this
+		// server was down (or the store away) is found before any
+		// instance is judged, and a store that never had a pulse gets its
+		// first now, so that a server stopped a moment later leaves a
+		// gap the next one can see (DESIGN L8).
+		if _, err := d.pulser.Pass(ctx); err != nil {
+			d.cfg.Logger.Error("first store pulse failed; the store_pulse sweeper retries every second", "err", err)
+		}
+	}
 	d.Liveness.Start(ctx) // before serving: heartbeats are committed in groups from the first
 	if d.server != nil {
 		if d.certs != nil {
@@ -393,21 +410,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 	return errors.Join(serveErr, d.Stop())
 }
 
-func readToken(path string) (string, error) {
-	if path == "" {
-		return "", nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("--token-file: %w", err)
-	}
-	token := strings.TrimSpace(string(b))
-	if len(token) < 16 {
-		return "", fmt.Errorf("--token-file %s: the token must be at least 16 characters", path)
-	}
-	return token, nil
-}
-
 // CheckAllowedHosts validates --allowed-host values (NAME or NAME:PORT).
 func CheckAllowedHosts(hosts []string) error {
 	for _, h := range hosts {
@@ -437,13 +439,13 @@ func servedHosts(configured, bound string, allowed []string) ([]string, error) {
 	return hosts, nil
 }
 
-// checkExposure refuses a non-loopback listen address without a token.
-func checkExposure(addr, token string) error {
+// checkExposure refuses a non-loopback listen address without tokens.
+func checkExposure(addr string, tokens bool) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("--addr %q: must be HOST:PORT: %w", addr, err)
 	}
-	if token != "" {
+	if tokens {
 		return nil
 	}
 	if host == "localhost" {

@@ -31,8 +31,9 @@ func (a *api) taskClaimBatch(w http.ResponseWriter, r *http.Request, instanceID,
 		a.fail(w, r, err)
 		return
 	}
-	if tasks == nil {
+	if len(tasks) == 0 {
 		tasks = []*vigiltype.Task{}
+		routine(r)
 	}
 	if a.Metrics != nil && len(tasks) > 0 {
 		a.Metrics.LeasesClaimed.Add(float64(len(tasks)))

@@ -62,6 +62,7 @@ func (a *api) taskCompleteBatch(w http.ResponseWriter, r *http.Request) {
 	if !a.decode(w, r, &p) {
 		return
 	}
+	actsFor(r, p.InstanceID)
 	token, ok := instanceToken(w, r)
 	if !ok {
 		return

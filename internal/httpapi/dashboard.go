@@ -7,18 +7,6 @@ import (
 	"github.com/vigil-fleet/vigil/internal/dashboard"
 )
 
-// routeDashboard adds the agents' timeline (GET /v1/timeline) and the web
-// dashboard's page and assets (/ and /assets/) when the API has them.
-func (a *api) routeDashboard(mux *http.ServeMux) {
-	if a.Timeline != nil {
-		mux.HandleFunc("GET /v1/timeline", a.timeline)
-	}
-	if a.Dashboard != nil {
-		mux.Handle("GET /{$}", a.Dashboard)
-		mux.Handle("GET /assets/", a.Dashboard)
-	}
-}
-
 // public reports whether path is served without the bearer token: the
 // health check, and the dashboard's page and assets, which hold no fleet
 // data (the page's script sends the token on its API calls).

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"cmp"
-	"crypto/subtle"
 	"fmt"
 	"mime"
 	"net"
@@ -225,8 +224,10 @@ func jsonContentType(r *http.Request) bool {
 
 // guard refuses, in this order, a request for a Host the server does not
 // answer for (421; /healthz exempt), one from a foreign origin (403; GETs of
-// the dashboard's page and assets exempt), one without the bearer token
-// when the server has one (401), and a /v1 write that is not JSON (415).
+// the dashboard's page and assets exempt), one without a bearer token the
+// server holds when it has token files (401; it sets the request's role),
+// and a /v1 write that is not JSON (415). Whether the role may call the
+// route is the route's own check (authorize).
 // It returns false when it has answered.
 func (a *api) guard(w http.ResponseWriter, r *http.Request) bool {
 	path := r.URL.Path
@@ -244,8 +245,7 @@ func (a *api) guard(w http.ResponseWriter, r *http.Request) bool {
 			"requests from another origin are refused: call the API from this server's own pages or from a program")
 		return false
 	}
-	if a.Token != "" && !a.public(path) && !a.authorized(r) {
-		writeUnauthorized(w, "missing or wrong bearer token (Authorization: Bearer <token>)")
+	if !a.authenticate(w, r) {
 		return false
 	}
 	if strings.HasPrefix(path, "/v1/") && isWrite(r) && !jsonContentType(r) {
@@ -262,13 +262,6 @@ func (a *api) guard(w http.ResponseWriter, r *http.Request) bool {
 func (a *api) refused(r *http.Request, why string) {
 	a.Logger.Warn("refused request: "+why, "method", r.Method, "path", r.URL.Path, "host", r.Host,
 		"origin", r.Header.Get("Origin"), "content_type", r.Header.Get("Content-Type"), "remote", r.RemoteAddr)
-}
-
-// authorized checks "Authorization: Bearer <token>" exactly: the scheme as
-// written, one space, and the token with nothing trimmed.
-func (a *api) authorized(r *http.Request) bool {
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(a.Token)) == 1
 }
 
 // writeUnauthorized answers 401 with the challenge RFC 6750 asks for.

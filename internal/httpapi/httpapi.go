@@ -17,6 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/vigil-fleet/vigil/internal/auth"
 	"github.com/vigil-fleet/vigil/internal/dashboard"
 	"github.com/vigil-fleet/vigil/internal/events"
 	"github.com/vigil-fleet/vigil/internal/lease"
@@ -51,9 +52,11 @@ type Config struct {
 	Timeline *dashboard.Service
 	// Dashboard, when set, is served at / and /assets/ without the token.
 	Dashboard http.Handler
-	// Token, when set, is required as "Authorization: Bearer <Token>" on
-	// every endpoint but /healthz.
-	Token string
+	// Keyring maps bearer tokens to roles (operator, agent, read); every
+	// endpoint but /healthz and the dashboard's page and assets then needs
+	// one ("Authorization: Bearer <token>"), and each route a role (Routes).
+	// nil: no token files, every request has the operator role.
+	Keyring *auth.Keyring
 	// Hosts are the Host header values the server answers for (see
 	// ServedHosts): NAME:PORT for that port, NAME for any. A request for
 	// another Host is refused with 421 (DNS rebinding). nil: the loopback
@@ -78,48 +81,17 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	a := &api{Config: cfg, hosts: hosts}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", a.healthz)
-	if cfg.Metrics != nil {
-		mux.Handle("GET /metrics", cfg.Metrics.Handler())
-	}
-
-	mux.HandleFunc("POST /v1/processes", a.processRegister)
-	mux.HandleFunc("GET /v1/processes", a.processList)
-	mux.HandleFunc("POST /v1/processes/prune", a.processPrune)
-	mux.HandleFunc("GET /v1/processes/{id}", a.processGet)
-	mux.HandleFunc("POST /v1/processes/{id}/heartbeat", a.processHeartbeat)
-	mux.HandleFunc("POST /v1/processes/{id}/exit", a.processExit)
-	mux.HandleFunc("GET /v1/process-status/{kind}", a.processStatus)
-
-	mux.HandleFunc("POST /v1/tasks", a.taskEnqueue)
-	mux.HandleFunc("GET /v1/tasks", a.taskList)
-	mux.HandleFunc("POST /v1/tasks/claim", a.taskClaim)
-	mux.HandleFunc("POST /v1/tasks/complete", a.taskCompleteBatch)
-	mux.HandleFunc("GET /v1/tasks/{id}", a.taskGet)
-	mux.HandleFunc("GET /v1/tasks/stalled", a.taskStalled)
-	mux.HandleFunc("POST /v1/tasks/{id}/reclaim", a.taskReclaimStalled)
-	mux.HandleFunc("POST /v1/tasks/{id}/{op}", a.taskLeaseOp)
-
-	mux.HandleFunc("GET /v1/sweepers", a.sweepers)
-	mux.HandleFunc("GET /v1/heartbeat-versions", a.heartbeatVersions)
-	a.routeRegistry(mux)
-	a.routeSnapshot(mux)
-	a.routeDashboard(mux)
-	if cfg.MCP != nil {
-		mux.Handle("/mcp", cfg.MCP)
-	}
-	// Literal segments that GET /v1/…/{id} would otherwise take for an id.
-	mux.HandleFunc("GET /v1/tasks/claim", onlyPost)
-	mux.HandleFunc("GET /v1/processes/prune", onlyPost)
+	a.register(mux)
 	return a.middleware(mux), nil
 }
 
-// middleware: panic recovery, the guard (Host, Origin, server token,
-// Content-Type), body limit, request log, and the JSON error shape for the
-// mux's own 404s and 405s.
+// middleware: panic recovery, the guard (Host, Origin, bearer token and
+// role, Content-Type), body limit, request log, the audit line of each
+// write, and the JSON error shape for the mux's own 404s and 405s.
 func (a *api) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		r, _ = withCaller(r)
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		defer func() {
 			if p := recover(); p != nil {
@@ -135,6 +107,7 @@ func (a *api) middleware(next http.Handler) http.Handler {
 			}
 			a.Logger.Debug("http", "method", r.Method, "path", r.URL.Path, "status", rec.status,
 				"duration_ms", float64(time.Since(start).Microseconds())/1000)
+			a.audit(r, rec.status)
 		}()
 		if !a.guard(rec, r) {
 			return
@@ -181,10 +154,18 @@ func onlyPost(w http.ResponseWriter, r *http.Request) {
 // --- processes ---
 
 func (a *api) processRegister(w http.ResponseWriter, r *http.Request) {
-	create(a, w, r, a.Liveness.Register)
+	create(a, w, r, func(ctx context.Context, p liveness.RegisterParams) (*liveness.Registered, error) {
+		reg, err := a.Liveness.Register(ctx, p)
+		if err == nil {
+			actsFor(r, reg.InstanceID)
+		}
+		return reg, err
+	})
 }
 
 func (a *api) processHeartbeat(w http.ResponseWriter, r *http.Request) {
+	actsFor(r, r.PathValue("id"))
+	routine(r)
 	token, ok := instanceToken(w, r)
 	if !ok {
 		return
@@ -197,6 +178,7 @@ func (a *api) processHeartbeat(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) processExit(w http.ResponseWriter, r *http.Request) {
+	actsFor(r, r.PathValue("id"))
 	token, ok := instanceToken(w, r)
 	if !ok {
 		return
@@ -316,6 +298,7 @@ func (a *api) taskClaim(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, vigiltype.Invalid("instance_id", "is required"))
 		return
 	}
+	actsFor(r, p.InstanceID)
 	if p.TaskID != nil && len(p.TaskTypes) > 0 {
 		a.fail(w, r, vigiltype.Invalid("task_id", "give either task_types or task_id, not both"))
 		return
@@ -348,6 +331,7 @@ func (a *api) taskClaim(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if t == nil {
+		routine(r)
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
@@ -382,6 +366,10 @@ func (a *api) taskLeaseOp(w http.ResponseWriter, r *http.Request) {
 	var p leaseRequest
 	if !a.decode(w, r, &p) {
 		return
+	}
+	actsFor(r, p.InstanceID)
+	if op == "heartbeat" {
+		routine(r)
 	}
 	if op != "complete" && len(p.Result) > 0 {
 		a.fail(w, r, vigiltype.Invalid("result", "is only accepted by complete"))
@@ -457,8 +445,9 @@ func (a *api) taskStalled(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"tasks": tasks})
 }
 
-// taskReclaimStalled takes a stalled task back (a supervisor after a stall
-// kill); compare-and-swap on lease_epoch.
+// taskReclaimStalled takes a running task back (a supervisor after a stall
+// kill, an operator, or the holder with its instance token);
+// compare-and-swap on lease_epoch.
 func (a *api) taskReclaimStalled(w http.ResponseWriter, r *http.Request) {
 	id, ok := a.taskID(w, r)
 	if !ok {
@@ -471,7 +460,18 @@ func (a *api) taskReclaimStalled(w http.ResponseWriter, r *http.Request) {
 	if !a.decode(w, r, &p) {
 		return
 	}
-	t, err := a.Lease.ReclaimStalled(r.Context(), id, p.LeaseEpoch, p.Reason)
+	// With an instance token it is the holder's own reclaim, whatever the
+	// role: the token must be the holder's. Without one it is the
+	// operator's (authorize let no other role through).
+	var t *vigiltype.Task
+	var err error
+	if token := r.Header.Get(InstanceTokenHeader); token != "" {
+		var holder string
+		t, holder, err = a.Lease.ReclaimByHolder(r.Context(), id, p.LeaseEpoch, token, p.Reason)
+		actsFor(r, holder)
+	} else {
+		t, err = a.Lease.ReclaimStalled(r.Context(), id, p.LeaseEpoch, p.Reason)
+	}
 	a.respond(w, r, t, err)
 }
 

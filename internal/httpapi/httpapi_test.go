@@ -26,6 +26,14 @@ type testBundle struct {
 	t     *testing.T
 	srv   *testserver.Server
 	clock *clock.Fake
+	token string // the bearer token do sends, "" for none
+}
+
+// as is b sending bearer token on every call (unless one names its own).
+func (b *testBundle) as(token string) *testBundle {
+	c := *b
+	c.token = token
+	return &c
 }
 
 func setup(t *testing.T, opts ...testserver.Option) *testBundle {
@@ -67,6 +75,9 @@ func (b *testBundle) do(method, path, body string, headers ...string) response {
 	require.NoError(b.t, err)
 	if method != http.MethodGet && method != http.MethodHead {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if b.token != "" {
+		req.Header.Set("Authorization", "Bearer "+b.token)
 	}
 	for i := 0; i+1 < len(headers); i += 2 {
 		switch name, value := headers[i], headers[i+1]; {

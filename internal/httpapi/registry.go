@@ -10,25 +10,11 @@ import (
 	"github.com/vigil-fleet/vigil/vigiltype"
 )
 
-// routeRegistry adds the agent registry and process event endpoints
-// (DESIGN R1, E1, E2).
-func (a *api) routeRegistry(mux *http.ServeMux) {
-	mux.HandleFunc("POST /v1/agents", a.agentRegister)
-	mux.HandleFunc("GET /v1/agents", a.agentList)
-	mux.HandleFunc("GET /v1/agents/{name}", a.agentGet)
-	mux.HandleFunc("PATCH /v1/agents/{name}", a.agentUpdate)
-	mux.HandleFunc("POST /v1/agents/{name}/mark-stopped", a.agentMark(a.Registry.MarkStopped))
-	mux.HandleFunc("POST /v1/agents/{name}/mark-active", a.agentMark(a.Registry.MarkActive))
-	mux.HandleFunc("POST /v1/agents/{name}/planned-stop", a.plannedStop)
-	mux.HandleFunc("GET /v1/agents/{name}/planned-stop", a.plannedStopGet)
-
-	mux.HandleFunc("POST /v1/events", a.eventRecord)
-	mux.HandleFunc("GET /v1/events", a.eventList)
-	mux.HandleFunc("POST /v1/events/{id}/ack", a.eventAck)
-}
-
 func (a *api) agentRegister(w http.ResponseWriter, r *http.Request) {
-	create(a, w, r, a.Registry.Register)
+	create(a, w, r, func(ctx context.Context, p registry.RegisterParams) (*vigiltype.Agent, error) {
+		p.WrittenBy = string(callerOf(r).role)
+		return a.Registry.Register(ctx, p)
+	})
 }
 
 func (a *api) agentList(w http.ResponseWriter, r *http.Request) {
@@ -53,15 +39,19 @@ func (a *api) agentUpdate(w http.ResponseWriter, r *http.Request) {
 	if !a.decode(w, r, &p) {
 		return
 	}
+	p.WrittenBy = string(callerOf(r).role)
 	ag, err := a.Registry.Update(r.Context(), r.PathValue("name"), p)
 	a.respond(w, r, ag, err)
 }
 
-func (a *api) agentMark(mark func(ctx context.Context, name string) (*vigiltype.Agent, error)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		ag, err := mark(r.Context(), r.PathValue("name"))
-		a.respond(w, r, ag, err)
-	}
+func (a *api) agentMarkStopped(w http.ResponseWriter, r *http.Request) {
+	ag, err := a.Registry.MarkStopped(r.Context(), r.PathValue("name"))
+	a.respond(w, r, ag, err)
+}
+
+func (a *api) agentMarkActive(w http.ResponseWriter, r *http.Request) {
+	ag, err := a.Registry.MarkActive(r.Context(), r.PathValue("name"))
+	a.respond(w, r, ag, err)
 }
 
 func (a *api) plannedStop(w http.ResponseWriter, r *http.Request) {

@@ -450,6 +450,33 @@ func (s *Service) ReclaimStalled(ctx context.Context, taskID, epoch int64, reaso
 	return t, nil
 }
 
+// ReclaimByHolder is ReclaimStalled asked by the task's holder itself
+// (an agent that gives its own task up for another to take): token must
+// be the instance token of the instance that holds the task at epoch,
+// which it returns too ("" when the task is not running at epoch).
+// Errors: ErrInvalidToken when it is not, ErrStaleEpoch when the task is
+// not running at epoch, and those of ReclaimStalled.
+func (s *Service) ReclaimByHolder(ctx context.Context, taskID, epoch int64, token, reason string) (*vigiltype.Task, string, error) {
+	t, err := s.store.TaskGet(ctx, taskID)
+	if err != nil {
+		return nil, "", fmt.Errorf("task %d: %w", taskID, err)
+	}
+	// Not running at epoch: refused before the token is judged, and never
+	// handed on to the compare-and-swap, which a claim moving the task to
+	// exactly epoch in between would let through for another holder.
+	if t.Status != vigiltype.TaskRunning || t.LeaseEpoch != epoch || t.LeaseOwner == nil {
+		return nil, "", fmt.Errorf("reclaim task %d at epoch %d: it is not running at that epoch: %w", taskID, epoch, vigiltype.ErrStaleEpoch)
+	}
+	holder := *t.LeaseOwner
+	if err := s.liveness.Authenticate(ctx, holder, token); err != nil {
+		return nil, holder, fmt.Errorf("reclaim task %d: only its holder (instance %s) or an operator may: %w", taskID, holder, err)
+	}
+	// The epoch names this holder's lease: the compare-and-swap below
+	// takes the task only while that lease still stands.
+	t, err = s.ReclaimStalled(ctx, taskID, epoch, reason)
+	return t, holder, err
+}
+
 // HeartbeatVersionsWindowDefault is the adoption view's window when none is given.
 const HeartbeatVersionsWindowDefault = time.Hour
 

@@ -49,6 +49,10 @@ type RegisterParams struct {
 	Function string          `json:"function"`
 	TickCron string          `json:"tick_cron"` // standard 5-field cron, a descriptor, or ""
 	Config   json.RawMessage `json:"config"`    // opaque JSON; absent is null
+	// WrittenBy is the role of the writer ("operator", "agent", "read"),
+	// set by the server from the request's token, never from the body: a
+	// supervisor launches a record's command only when it is "operator".
+	WrittenBy string `json:"-"`
 }
 
 // Register writes the record unconditionally: an existing record of that
@@ -67,7 +71,8 @@ func (s *Service) Register(ctx context.Context, p RegisterParams) (*vigiltype.Ag
 		return nil, err
 	}
 	a, err := s.store.AgentRegister(ctx, store.AgentRegisterParams{
-		Name: p.Name, Function: p.Function, TickCron: p.TickCron, Config: p.Config, Now: s.clock.Now(),
+		Name: p.Name, Function: p.Function, TickCron: p.TickCron, Config: p.Config, ConfigWrittenBy: p.WrittenBy,
+		Now: s.clock.Now(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("register agent %q: %w", p.Name, err)
@@ -102,6 +107,9 @@ type UpdateParams struct {
 	Function *string         `json:"function"`
 	TickCron *string         `json:"tick_cron"`
 	Config   json.RawMessage `json:"config"` // absent: unchanged
+	// WrittenBy is the role of the writer, stored with a new Config (see
+	// RegisterParams.WrittenBy).
+	WrittenBy string `json:"-"`
 }
 
 // Update changes the given fields if the record is still at p.Version
@@ -131,7 +139,8 @@ func (s *Service) Update(ctx context.Context, name string, p UpdateParams) (*vig
 		return nil, err
 	}
 	a, err := s.store.AgentUpdate(ctx, store.AgentUpdateParams{
-		Name: name, Version: p.Version, Function: p.Function, TickCron: p.TickCron, Config: p.Config, Now: s.clock.Now(),
+		Name: name, Version: p.Version, Function: p.Function, TickCron: p.TickCron, Config: p.Config,
+		ConfigWrittenBy: p.WrittenBy, Now: s.clock.Now(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("update agent %q: %w", name, err)

@@ -399,7 +399,9 @@ type AgentRegisterParams struct {
 	Function string
 	TickCron string
 	Config   json.RawMessage
-	Now      time.Time
+	// ConfigWrittenBy is the role of the writer ("" unknown, stored NULL).
+	ConfigWrittenBy string
+	Now             time.Time
 }
 
 // AgentUpdateParams changes the non-nil fields of one record, if its
@@ -410,7 +412,10 @@ type AgentUpdateParams struct {
 	Function *string
 	TickCron *string
 	Config   json.RawMessage // nil: unchanged
-	Now      time.Time
+	// ConfigWrittenBy is the role of the writer, stored with a non-nil
+	// Config only ("" unknown, stored NULL).
+	ConfigWrittenBy string
+	Now             time.Time
 }
 
 // EventRecordParams is one process event.

@@ -63,6 +63,17 @@ func WithTokenFile(path string) Option {
 	return func(c *daemon.Config) { c.TokenFile = path }
 }
 
+// WithRoleTokenFiles requires bearer tokens: the operator's, the agent
+// role's and the read role's, each from its file ("" for none).
+func WithRoleTokenFiles(operator, agent, read string) Option {
+	return func(c *daemon.Config) { c.TokenFile, c.AgentTokenFile, c.ReadTokenFile = operator, agent, read }
+}
+
+// WithLogger sends the server's log to logger (to read its audit lines).
+func WithLogger(logger *slog.Logger) Option {
+	return func(c *daemon.Config) { c.Logger = logger }
+}
+
 // WithAllowedHosts serves these Host values too (--allowed-host).
 func WithAllowedHosts(hosts ...string) Option {
 	return func(c *daemon.Config) { c.AllowedHosts = hosts }

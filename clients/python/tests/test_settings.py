@@ -164,6 +164,14 @@ class ConnectionFromEnvTest(unittest.TestCase):
             with open(path, "w") as f:
                 f.write("  s3cret-token-0123456789\n")
             self.assertEqual(connection_from_env({"VIGIL_TOKEN_FILE": path})[1], "s3cret-token-0123456789")
+            # A server's token file with several tokens (a rotation): the first.
+            with open(path, "w") as f:
+                f.write("# rotated\n\n  new-token-0123456789  \nold-token-0123456789\n")
+            self.assertEqual(connection_from_env({"VIGIL_TOKEN_FILE": path})[1], "new-token-0123456789")
+            with open(path, "w") as f:
+                f.write("# only a comment\n")
+            with self.assertRaises(SettingsError):
+                connection_from_env({"VIGIL_TOKEN_FILE": path})
             open(path, "w").close()
             with self.assertRaises(SettingsError) as cm:
                 connection_from_env({"VIGIL_TOKEN_FILE": path})

@@ -39,6 +39,7 @@ CODE_INVALID = "invalid"
 CODE_MALFORMED_JSON = "malformed_json"
 CODE_UNAUTHORIZED = "unauthorized"
 CODE_INVALID_TOKEN = "invalid_token"
+CODE_FORBIDDEN = "forbidden"  # 403: the bearer token's role may not make this call
 CODE_NOT_FOUND = "not_found"
 CODE_METHOD_NOT_ALLOWED = "method_not_allowed"
 CODE_STALE_EPOCH = "stale_epoch"

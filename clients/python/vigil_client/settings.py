@@ -144,7 +144,10 @@ def connection_from_env(
 ) -> Tuple[List[str], Optional[str]]:
     """The server URLs from ``VIGIL_URL`` (comma-separated, default
     URL_DEFAULT) and the server token read from the file named by
-    ``VIGIL_TOKEN_FILE`` (None when unset). Raises SettingsError."""
+    ``VIGIL_TOKEN_FILE`` (None when unset): its first token, the file
+    holding one a line with blank lines and # comments skipped (a server's
+    token file, the newest token first while rotating). Raises
+    SettingsError."""
     env = os.environ if environ is None else environ
     urls = [u.strip() for u in env.get(ENV_URL, "").split(",") if u.strip()]
     if not urls:
@@ -154,7 +157,7 @@ def connection_from_env(
     if path is not None and path.strip():
         reader = read_file or _read_text
         try:
-            token = reader(path.strip()).strip()
+            token = _first_token(reader(path.strip()))
         except OSError as e:
             raise SettingsError([EnvError(ENV_TOKEN_FILE, path, f"read the server token: {e}")]) from e
         if not token:
@@ -308,3 +311,13 @@ def go_quote(s: str) -> str:
 
 
 _GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+
+
+def _first_token(text: str) -> str:
+    """The first line of a token file that is neither blank nor a # comment,
+    stripped; "" when there is none."""
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            return line
+    return ""

@@ -360,7 +360,7 @@
     if (unauthorized) {
       banner.hidden = false;
       banner.textContent = (token ? "The server refused this tab's bearer token." : "This server needs its bearer token.") +
-        " Open " + location.origin + "/#token=<token> (the token in the server's --token-file).";
+        " Open " + location.origin + "/#token=<token> (a read token is enough: one of the server's --read-token-file).";
     } else if (!intervalOK) {
       banner.hidden = false;
       banner.textContent = "?interval=" + intervalRaw + " is not a number of seconds between " + intervalMin + " and " + intervalMax +

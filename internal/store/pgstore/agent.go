@@ -17,10 +17,11 @@ import (
 // read as text: pgx would otherwise read a JSON null as a nil pointer,
 // which would make a null config look like none.
 const agentColumns = `name, function, tick_cron, config::text AS config, status, created_at, updated_at,
-	stopped_at, version`
+	stopped_at, version, config_written_by`
 
 // agentInsertColumns are the agents columns AgentRegister writes.
-const agentInsertColumns = `name, function, tick_cron, config, status, created_at, updated_at, stopped_at, version`
+const agentInsertColumns = `name, function, tick_cron, config, status, created_at, updated_at, stopped_at, version,
+	config_written_by`
 
 // scanAgent converts one agents row (agentColumns) to an Agent. It is the
 // only place agent rows become vigiltype values. A NULL config is a nil
@@ -30,9 +31,10 @@ func scanAgent(row rowScanner) (*vigiltype.Agent, error) {
 		a      vigiltype.Agent
 		config *string
 		status string
+		by     *string
 	)
 	if err := row.Scan(&a.Name, &a.Function, &a.TickCron, &config, &status, &a.CreatedAt, &a.UpdatedAt,
-		&a.StoppedAt, &a.Version); err != nil {
+		&a.StoppedAt, &a.Version, &by); err != nil {
 		return nil, err
 	}
 	a.CreatedAt = a.CreatedAt.UTC()
@@ -42,7 +44,18 @@ func scanAgent(row rowScanner) (*vigiltype.Agent, error) {
 		a.Config = json.RawMessage(*config)
 	}
 	a.Status = vigiltype.AgentStatus(status)
+	if by != nil {
+		a.ConfigWrittenBy = *by
+	}
 	return &a, nil
+}
+
+// writtenByArg is the SQL value of config_written_by: NULL for "".
+func writtenByArg(role string) *string {
+	if role == "" {
+		return nil
+	}
+	return &role
 }
 
 // configArg is the SQL value of an agent config: NULL for nil, else its
@@ -70,11 +83,12 @@ func (s *Store) AgentRegister(ctx context.Context, p store.AgentRegisterParams) 
 	}
 	agent, err := scanAgent(s.pool.QueryRow(ctx, `
 		INSERT INTO agents (`+agentInsertColumns+`)
-		VALUES (@name, @function, @tick_cron, @config::json, 'active', @now, @now, NULL, 1)
+		VALUES (@name, @function, @tick_cron, @config::json, 'active', @now, @now, NULL, 1, @written_by)
 		ON CONFLICT (name) DO UPDATE SET
 			function = excluded.function,
 			tick_cron = excluded.tick_cron,
 			config = excluded.config,
+			config_written_by = excluded.config_written_by,
 			status = 'active',
 			created_at = excluded.created_at,
 			updated_at = excluded.updated_at,
@@ -82,11 +96,12 @@ func (s *Store) AgentRegister(ctx context.Context, p store.AgentRegisterParams) 
 			version = agents.version + 1
 		RETURNING `+agentColumns,
 		pgx.StrictNamedArgs{
-			"name":      p.Name,
-			"function":  p.Function,
-			"tick_cron": p.TickCron,
-			"config":    config,
-			"now":       utcMS(p.Now),
+			"name":       p.Name,
+			"function":   p.Function,
+			"tick_cron":  p.TickCron,
+			"config":     config,
+			"written_by": writtenByArg(p.ConfigWrittenBy),
+			"now":        utcMS(p.Now),
 		}))
 	if err != nil {
 		return nil, fmt.Errorf("register agent %q: %w", p.Name, interpretError(err))
@@ -142,17 +157,19 @@ func (s *Store) AgentUpdate(ctx context.Context, p store.AgentUpdateParams) (*vi
 				function = coalesce(@function::text, function),
 				tick_cron = coalesce(@tick_cron::text, tick_cron),
 				config = coalesce(@config::json, config),
+				config_written_by = CASE WHEN @config::json IS NULL THEN config_written_by ELSE @written_by::text END,
 				updated_at = @now,
 				version = version + 1
 			WHERE name = @name AND version = @version
 			RETURNING `+agentColumns,
 			pgx.StrictNamedArgs{
-				"function":  p.Function,
-				"tick_cron": p.TickCron,
-				"config":    config,
-				"now":       utcMS(p.Now),
-				"name":      p.Name,
-				"version":   p.Version,
+				"function":   p.Function,
+				"tick_cron":  p.TickCron,
+				"config":     config,
+				"written_by": writtenByArg(p.ConfigWrittenBy),
+				"now":        utcMS(p.Now),
+				"name":       p.Name,
+				"version":    p.Version,
 			}))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return agentRefusal(ctx, tx, p.Name)

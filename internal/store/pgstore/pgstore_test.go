@@ -717,7 +717,7 @@ func TestUpgradeFrom001(t *testing.T) {
 
 	applied, err := MigrateOnly(ctx, url)
 	require.NoError(t, err)
-	require.Equal(t, []string{"002_activity", "003_registry_events", "004_failed_by", "005_store_pulse"}, applied)
+	require.Equal(t, []string{"002_activity", "003_registry_events", "004_failed_by", "005_store_pulse", "006_config_written_by"}, applied)
 	s := openTestStore(t, url)
 
 	task, err := s.TaskGet(ctx, taskID)

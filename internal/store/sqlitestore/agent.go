@@ -13,7 +13,8 @@ import (
 )
 
 // agentColumns are the agents columns scanAgent reads, in order.
-const agentColumns = `name, function, tick_cron, config, status, created_at, updated_at, stopped_at, version`
+const agentColumns = `name, function, tick_cron, config, status, created_at, updated_at, stopped_at, version,
+	config_written_by`
 
 // scanAgent converts one agents row (agentColumns) to an Agent. It is the
 // only place agent rows become vigiltype values. A NULL config is a nil
@@ -22,10 +23,10 @@ func scanAgent(row rowScanner) (*vigiltype.Agent, error) {
 	var (
 		a                        vigiltype.Agent
 		status, created, updated string
-		config, stopped          sql.Null[string]
+		config, stopped, by      sql.Null[string]
 	)
 	if err := row.Scan(&a.Name, &a.Function, &a.TickCron, &config, &status, &created, &updated,
-		&stopped, &a.Version); err != nil {
+		&stopped, &a.Version, &by); err != nil {
 		return nil, err
 	}
 	var tp timeParser
@@ -39,7 +40,16 @@ func scanAgent(row rowScanner) (*vigiltype.Agent, error) {
 		a.Config = json.RawMessage(config.V)
 	}
 	a.Status = vigiltype.AgentStatus(status)
+	a.ConfigWrittenBy = by.V
 	return &a, nil
+}
+
+// writtenByArg is the SQL value of config_written_by: NULL for "".
+func writtenByArg(role string) any {
+	if role == "" {
+		return nil
+	}
+	return role
 }
 
 // configArg is the SQL value of an agent config: NULL for nil, else its
@@ -65,11 +75,12 @@ func (s *Store) AgentRegister(ctx context.Context, p store.AgentRegisterParams) 
 	}
 	agent, err := scanAgent(s.writer.QueryRowContext(ctx, `
 		INSERT INTO agents (`+agentColumns+`)
-		VALUES (@name, @function, @tick_cron, @config, 'active', @now, @now, NULL, 1)
+		VALUES (@name, @function, @tick_cron, @config, 'active', @now, @now, NULL, 1, @written_by)
 		ON CONFLICT (name) DO UPDATE SET
 			function = excluded.function,
 			tick_cron = excluded.tick_cron,
 			config = excluded.config,
+			config_written_by = excluded.config_written_by,
 			status = 'active',
 			created_at = excluded.created_at,
 			updated_at = excluded.updated_at,
@@ -80,6 +91,7 @@ func (s *Store) AgentRegister(ctx context.Context, p store.AgentRegisterParams) 
 		sql.Named("function", p.Function),
 		sql.Named("tick_cron", p.TickCron),
 		sql.Named("config", config),
+		sql.Named("written_by", writtenByArg(p.ConfigWrittenBy)),
 		sql.Named("now", timeString(p.Now)),
 	))
 	if err != nil {
@@ -141,6 +153,7 @@ func (s *Store) AgentUpdate(ctx context.Context, p store.AgentUpdateParams) (*vi
 				function = coalesce(@function, function),
 				tick_cron = coalesce(@tick_cron, tick_cron),
 				config = coalesce(@config, config),
+				config_written_by = CASE WHEN @config IS NULL THEN config_written_by ELSE @written_by END,
 				updated_at = @now,
 				version = version + 1
 			WHERE name = @name AND version = @version
@@ -148,6 +161,7 @@ func (s *Store) AgentUpdate(ctx context.Context, p store.AgentUpdateParams) (*vi
 			sql.Named("function", p.Function),
 			sql.Named("tick_cron", p.TickCron),
 			sql.Named("config", config),
+			sql.Named("written_by", writtenByArg(p.ConfigWrittenBy)),
 			sql.Named("now", timeString(p.Now)),
 			sql.Named("name", p.Name),
 			sql.Named("version", p.Version),

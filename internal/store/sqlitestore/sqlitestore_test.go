@@ -251,7 +251,7 @@ func TestUpgradeFrom001(t *testing.T) {
 	s, err := Open(ctx, path)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
-	require.Equal(t, []string{"002_activity", "003_registry_events", "004_failed_by", "005_store_pulse"}, s.applied)
+	require.Equal(t, []string{"002_activity", "003_registry_events", "004_failed_by", "005_store_pulse", "006_config_written_by"}, s.applied)
 
 	task, err := s.TaskGet(ctx, taskID)
 	require.NoError(t, err)

@@ -151,6 +151,40 @@ func exerciseAgent(ctx context.Context, t *testing.T, newStore func(t *testing.T
 		require.Equal(t, ptr(at(time.Hour)), got.StoppedAt)
 	})
 
+	// Who wrote a record's config (launch commands are operator data,
+	// issue #13): a register stores its writer's role, an update that
+	// changes the config stores its own, one that does not keeps the
+	// stored one; a status change keeps it too.
+	t.Run("ConfigWrittenBy", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+
+		a := b.registerAgent(t, store.AgentRegisterParams{
+			Name: "research", Config: json.RawMessage(`{"launch": {"host": "h", "command": ["x"]}}`), ConfigWrittenBy: "operator",
+		})
+		require.Equal(t, "operator", a.ConfigWrittenBy)
+		require.Equal(t, "operator", b.getAgent(t, "research").ConfigWrittenBy)
+		listed, err := b.s.AgentList(ctx)
+		require.NoError(t, err)
+		require.Equal(t, "operator", listed[0].ConfigWrittenBy)
+
+		a, err = b.s.AgentUpdate(ctx, store.AgentUpdateParams{
+			Name: "research", Version: a.Version, Function: ptr("f1"), ConfigWrittenBy: "agent", Now: at(time.Minute),
+		})
+		require.NoError(t, err)
+		require.Equal(t, "operator", a.ConfigWrittenBy, "an update without a config keeps who wrote the config")
+		a, err = b.s.AgentUpdate(ctx, store.AgentUpdateParams{
+			Name: "research", Version: a.Version, Config: json.RawMessage(`{"v": 1}`), ConfigWrittenBy: "agent", Now: at(2 * time.Minute),
+		})
+		require.NoError(t, err)
+		require.Equal(t, "agent", a.ConfigWrittenBy)
+		require.Equal(t, "agent", b.setAgentStatus(t, "research", vigiltype.AgentStopped, at(3*time.Minute)).ConfigWrittenBy)
+
+		a = b.registerAgent(t, store.AgentRegisterParams{Name: "research", Now: at(time.Hour)})
+		require.Empty(t, a.ConfigWrittenBy, "a register replaces it: unknown")
+		require.Empty(t, b.getAgent(t, "research").ConfigWrittenBy)
+	})
+
 	t.Run("UpdateCompareAndSwap", func(t *testing.T) {
 		t.Parallel()
 		b := setup(ctx, t, newStore)
