@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/vigil-fleet/vigil/vigiltype"
@@ -78,4 +80,49 @@ func (c *Client) HeartbeatVersions(ctx context.Context, window time.Duration) (*
 	}
 	out.Window = time.Duration(out.WindowS * float64(time.Second))
 	return &out, nil
+}
+
+// CutoverVerdict says whether the activity-only cutover (seed 002, phase 3;
+// `--lease-expiry activity-only`, DESIGN T6) is safe on the evidence of one
+// HeartbeatVersions answer: every host that sent lease heartbeats in the
+// window sent v2 only.
+type CutoverVerdict struct {
+	// Safe is true when at least one host sent heartbeats and none sent v1.
+	Safe bool `json:"safe_to_cut_over"`
+	// Hosts counts the hosts that sent lease heartbeats in the window.
+	Hosts int `json:"hosts"`
+	// V1Hosts are the hosts that still sent v1, sorted.
+	V1Hosts []string `json:"v1_hosts"`
+	// Message is the verdict in one line, as `vigil heartbeat versions`
+	// prints it.
+	Message string `json:"message"`
+}
+
+// Verdict judges v for the activity-only cutover (see CutoverVerdict).
+func (v *HeartbeatVersions) Verdict() CutoverVerdict {
+	hosts := map[string]bool{}
+	v1 := map[string]bool{}
+	for _, h := range v.Hosts {
+		hosts[h.Hostname] = true
+		if h.SchemaVersion < 2 && h.Heartbeats > 0 {
+			v1[h.Hostname] = true
+		}
+	}
+	out := CutoverVerdict{Hosts: len(hosts), V1Hosts: make([]string, 0, len(v1))}
+	for h := range v1 {
+		out.V1Hosts = append(out.V1Hosts, h)
+	}
+	slices.Sort(out.V1Hosts)
+	window := time.Duration(v.WindowS * float64(time.Second)).String()
+	switch {
+	case len(hosts) == 0:
+		out.Message = "no lease heartbeats in the last " + window + ": nothing to judge the cutover by"
+	case len(v1) == 0:
+		out.Safe = true
+		out.Message = fmt.Sprintf("all %d hosts sent v2 only in the last %s: safe to cut over (--lease-expiry activity-only)", len(hosts), window)
+	default:
+		out.Message = fmt.Sprintf("%d of %d hosts still send v1 (%s) in the last %s: not safe to cut over",
+			len(v1), len(hosts), strings.Join(out.V1Hosts, ", "), window)
+	}
+	return out
 }

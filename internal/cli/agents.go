@@ -216,7 +216,7 @@ func newAgentsMarkCmd(status vigiltype.AgentStatus) *cobra.Command {
 	var cf clientFlags
 	use, short := "mark-active NAME", "Mark an agent's declared status active"
 	if status == vigiltype.AgentStopped {
-		use, short = "mark-stopped NAME", "Mark an agent's declared status stopped (stopped_at = now)"
+		use, short = "mark-stopped NAME", "Mark an agent's declared status stopped (stopped_at = now); a supervisor then stops it, and its exit is an ordinary (alerting) event — use vigil stop for a planned, suppressed stop"
 	}
 	cmd := &cobra.Command{
 		Use:   use,

@@ -367,8 +367,11 @@ func newHeartbeatVersionsCmd() *cobra.Command {
 		Use:   "versions",
 		Short: "Per host, which lease heartbeat schema versions it sent recently",
 		Long: `Per host and schema version, how many lease heartbeats it sent within
---window and when it last sent one (DESIGN T4). This is the check before the
-cutover to the activity expiry policy: every host should show version 2 only.`,
+--window and when it last sent one (DESIGN T4), then a verdict line: whether
+the cutover to --lease-expiry activity-only (v1 heartbeats no longer extend
+a lease; DESIGN T6) is safe — every host that sent heartbeats in the window
+sent v2 only — or which hosts still send v1. With --json the verdict is the
+"verdict" object (safe_to_cut_over, hosts, v1_hosts, message).`,
 		Example: `  vigil heartbeat versions
   vigil heartbeat versions --window 24h --json | jq '.hosts[] | select(.schema_version==1)'`,
 		Args: cobra.NoArgs,
@@ -389,7 +392,7 @@ cutover to the activity expiry policy: every host should show version 2 only.`,
 				if hosts == nil {
 					hosts = []vigilclient.HostHeartbeatVersion{}
 				}
-				return printJSON(cmd.OutOrStdout(), map[string]any{"window_s": v.WindowS, "hosts": hosts})
+				return printJSON(cmd.OutOrStdout(), map[string]any{"window_s": v.WindowS, "hosts": hosts, "verdict": v.Verdict()})
 			}
 			now := time.Now()
 			rows := make([][]string, 0, len(v.Hosts))
@@ -401,13 +404,11 @@ cutover to the activity expiry policy: every host should show version 2 only.`,
 			if err := table(cmd.OutOrStdout(), []string{"HOST", "SCHEMA", "HEARTBEATS", "LAST SENT"}, rows); err != nil {
 				return err
 			}
-			if len(rows) == 0 {
-				fmt.Fprintf(cmd.ErrOrStderr(), "no lease heartbeats in the last %s\n", window)
-			}
+			fmt.Fprintln(cmd.OutOrStdout(), v.Verdict().Message)
 			return nil
 		},
 	}
 	cf.register(cmd)
-	cmd.Flags().DurationVar(&window, "window", time.Hour, "how far back to look")
+	cmd.Flags().DurationVar(&window, "window", 24*time.Hour, "how far back to look (the verdict covers this window)")
 	return cmd
 }

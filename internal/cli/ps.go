@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -85,7 +86,7 @@ func processTable(cmd *cobra.Command, procs []vigiltype.Process) error {
 		}
 		hb := p.LastHeartbeatAt
 		rows = append(rows, []string{
-			p.InstanceID, p.ProcessKind, p.Hostname, strconv.Itoa(p.PID), string(p.Status),
+			p.InstanceID, p.ProcessKind, p.Hostname, strconv.Itoa(p.PID), processStatusText(&p),
 			ago(&hb, now), fmt.Sprintf("%gs", p.LivenessIntervalS), ago(&p.StartedAt, now), task,
 		})
 	}
@@ -171,4 +172,18 @@ vigil never prunes on its own; run this by hand or from cron.`,
 	cf.register(cmd)
 	cmd.Flags().DurationVar(&olderThan, "older-than", 720*time.Hour, "delete rows whose last heartbeat is older than this")
 	return cmd
+}
+
+// processStatusText is an instance's status as the table prints it: "alive
+// (grace)" while only the store outage grace keeps it alive (DESIGN L8),
+// "stopped (future)" for a heartbeat dated ahead of the server's clock
+// (L9); --json has grace_until and status_reason.
+func processStatusText(p *vigiltype.Process) string {
+	switch {
+	case p.Status == vigiltype.ProcessAlive && p.GraceUntil != nil:
+		return string(p.Status) + " (grace)"
+	case p.Status == vigiltype.ProcessStopped && strings.Contains(p.StatusReason, "ahead of the server's clock"):
+		return string(p.Status) + " (future)"
+	}
+	return string(p.Status)
 }

@@ -72,7 +72,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "vigil: the server's certificate is not trusted: --ca-file FILE (env VIGIL_CA_FILE), the CA certificate that signed it")
 	}
 	if errors.Is(err, vigiltype.ErrForbidden) {
-		fmt.Fprintln(stderr, "vigil: this token's role may not do that: use an operator token (--token-file FILE, env VIGIL_TOKEN_FILE, a token of the server's --token-file)")
+		fmt.Fprintln(stderr, "vigil: this token's role may not do that: use a token of the role the message names (--token-file FILE, env VIGIL_TOKEN_FILE; an operator token may do everything)")
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {

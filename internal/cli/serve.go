@@ -62,7 +62,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.leaseTimeout, "lease-timeout", lease.LeaseTimeoutDefault,
 		"reclaim a task lease after this long without a lease heartbeat (DESIGN T3)")
 	fs.StringVar(&f.leaseExpiry, "lease-expiry", string(lease.ExpiryMax),
-		"what a lease's expiry counts from: max (MAX(activity, heartbeat); the transition default) or activity (v2 leases on activity alone; DESIGN T4)")
+		"what a lease's expiry counts from: max (MAX(activity, heartbeat); the transition default), activity (v2 leases on activity alone; DESIGN T4) or activity-only (the cutover: v1 heartbeats no longer extend a lease; check `vigil heartbeat versions` first; DESIGN T6)")
 	fs.DurationVar(&f.staleness, "activity-staleness", vigiltype.ActivityStalenessDefault,
 		"a running task whose holder reports activity (v2 heartbeats) shows stalled once its last activity is older than this while its lease is still renewed (DESIGN T6)")
 	fs.DurationVar(&f.sweepInterval, "sweep-interval", daemon.SweepIntervalDefault,
@@ -87,7 +87,7 @@ func (f *serverFlags) config(cmd *cobra.Command) (daemon.Config, *slog.Logger, e
 		return daemon.Config{}, nil, fmt.Errorf("--lease-timeout must be positive, got %s", f.leaseTimeout)
 	}
 	if !lease.ExpiryPolicy(f.leaseExpiry).Valid() {
-		return daemon.Config{}, nil, fmt.Errorf("--lease-expiry %q: must be max or activity", f.leaseExpiry)
+		return daemon.Config{}, nil, fmt.Errorf("--lease-expiry %q: must be max, activity or activity-only", f.leaseExpiry)
 	}
 	if f.staleness < time.Second {
 		return daemon.Config{}, nil, fmt.Errorf("--activity-staleness must be at least 1s, got %s", f.staleness)

@@ -176,11 +176,12 @@ func TestSessionClaimByIDAndVersions(t *testing.T) {
 
 	code, out, errOut = run(t, "heartbeat", "versions", "--json", "--server", srv.URL)
 	require.Equal(t, 0, code, errOut)
-	require.JSONEq(t, `{"window_s":3600,"hosts":[]}`, out)
+	require.JSONEq(t, `{"window_s":86400,"hosts":[],"verdict":{"safe_to_cut_over":false,"hosts":0,"v1_hosts":[],
+		"message":"no lease heartbeats in the last 24h0m0s: nothing to judge the cutover by"}}`, out)
 	code, out, errOut = run(t, "heartbeat", "versions", "--server", srv.URL)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "HOST")
-	require.Contains(t, errOut, "no lease heartbeats")
+	require.Contains(t, out, "no lease heartbeats in the last 24h0m0s")
 
 	code, out, errOut = run(t, "tasks", "release", "--workdir", dir, "--json", "--server", srv.URL)
 	require.Equal(t, 0, code, errOut)

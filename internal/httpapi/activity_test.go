@@ -235,3 +235,32 @@ func TestStalledIsComputedOnRead(t *testing.T) {
 	require.Equal(t, http.StatusOK, b.beat(v2, v2Task, activityAt(b.clock.Now())).status)
 	require.False(t, stalled(v2Task), "fresh activity ends it")
 }
+
+// The cutover (seed 002 phase 3, DESIGN T6, issue #14): under
+// activity-only a v1 holder's heartbeats are recorded and counted but no
+// longer extend its lease, which runs out on the claim plus the window; a
+// v2 holder keeps its lease with activity.
+func TestActivityOnlyStopsV1FromExtendingLeases(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testserver.WithLeaseTimeout(time.Minute), testserver.WithLeaseExpiry(lease.ExpiryActivityOnly))
+	v2, v1 := b.register("session", 3600), b.register("legacy", 3600)
+	b.enqueue(`{"task_type":"edit"}`)
+	b.enqueue(`{"task_type":"legacy"}`)
+	v2Task, v1Task := b.claimTask(v2, "edit"), b.claimTask(v1, "legacy")
+	for range 4 {
+		b.clock.Advance(20 * time.Second)
+		require.Equal(t, http.StatusOK, b.beat(v2, v2Task, activityAt(b.clock.Now())).status)
+		r := b.beat(v1, v1Task, "")
+		require.Equal(t, http.StatusOK, r.status, "a v1 heartbeat is still accepted and counted: %s", r.body)
+	}
+	// 80s after the claim: the v1 lease (60s from the claim) ran out
+	// although its holder kept heartbeating; the v2 one is alive.
+	require.Equal(t, 1, b.reclaim())
+	r := b.beat(v1, v1Task, "")
+	require.Equal(t, http.StatusConflict, r.status, "%s", r.body)
+	require.Equal(t, http.StatusOK, b.beat(v2, v2Task, activityAt(b.clock.Now())).status)
+
+	r = b.do("GET", "/v1/heartbeat-versions", "")
+	require.Equal(t, http.StatusOK, r.status)
+	require.Contains(t, string(r.body), `"schema_version":1`, "v1 heartbeats are counted per host")
+}

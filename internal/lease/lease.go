@@ -48,10 +48,18 @@ const (
 	// alone, so heartbeats without progress do not keep it; v1 leases keep
 	// the heartbeat fallback until every host sends v2.
 	ExpiryActivity ExpiryPolicy = "activity"
+	// ExpiryActivityOnly (seed 002, phase 3: the cutover, DESIGN T6): as
+	// ExpiryActivity, and a v1 heartbeat no longer extends a lease — it is
+	// recorded and counted per host (heartbeat versions), and the lease
+	// runs out on its activity (the claim, for a holder that never sends
+	// v2). Cut over once `vigil heartbeat versions` says every host sends v2.
+	ExpiryActivityOnly ExpiryPolicy = "activity-only"
 )
 
 // Valid reports whether p is a known policy.
-func (p ExpiryPolicy) Valid() bool { return p == ExpiryMax || p == ExpiryActivity }
+func (p ExpiryPolicy) Valid() bool {
+	return p == ExpiryMax || p == ExpiryActivity || p == ExpiryActivityOnly
+}
 
 // Defaults, each overridable in Config.
 const (
@@ -144,7 +152,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.ActivityStaleness = vigiltype.ActivityStalenessDefault
 	}
 	if !cfg.ExpiryPolicy.Valid() {
-		return nil, fmt.Errorf("lease expiry policy %q: must be max or activity", cfg.ExpiryPolicy)
+		return nil, fmt.Errorf("lease expiry policy %q: must be max, activity or activity-only", cfg.ExpiryPolicy)
 	}
 	return &Service{store: cfg.Store, liveness: cfg.Liveness, clock: cfg.Clock, cfg: cfg}, nil
 }
@@ -395,7 +403,8 @@ func (s *Service) Heartbeat(ctx context.Context, l Lease, b Beat) (*vigiltype.Ta
 		LeaseTimeout:     s.cfg.LeaseTimeout,
 		SchemaVersion:    version,
 		ActivityAt:       activityAt,
-		ExpireOnActivity: version == 2 && s.cfg.ExpiryPolicy == ExpiryActivity,
+		ExpireOnActivity: version == 2 && (s.cfg.ExpiryPolicy == ExpiryActivity || s.cfg.ExpiryPolicy == ExpiryActivityOnly),
+		KeepExpiry:       version == 1 && s.cfg.ExpiryPolicy == ExpiryActivityOnly,
 		Now:              now,
 	})
 }

@@ -60,6 +60,7 @@ func (p *Pulser) Gap() time.Duration { return p.gap }
 // grace or judged not heard from.
 func (p *Pulser) Pass(ctx context.Context) (int, error) {
 	p.mu.Lock()
+	hadPulsed := p.checkedOnce
 	checkFuture := !p.checkedOnce || time.Since(p.lastFuture) >= FutureCheckInterval
 	witnessed := p.witnessed
 	p.mu.Unlock()
@@ -85,19 +86,28 @@ func (p *Pulser) Pass(ctx context.Context) (int, error) {
 		p.checkedOnce, p.lastFuture = true, time.Now()
 		p.mu.Unlock()
 	}
-	Report(p.log, res)
+	Report(p.log, res, !hadPulsed)
 	return int(res.GraceProcesses + res.FutureProcesses), nil
 }
 
 // Report logs what a pulse (StorePulse, or a reclaim pass's own) found.
-func Report(log *slog.Logger, res *store.StorePulseResult) {
+// The gap found by a server's first pulse is usually the time no server
+// ran (a restart): it is logged at INFO, worded so; any later gap is an
+// outage of the store, at WARN.
+func Report(log *slog.Logger, res *store.StorePulseResult, first bool) {
 	if res == nil {
 		return
 	}
 	if !res.OutageTo.IsZero() {
-		log.Warn("store outage: nothing could be written between these times; every instance and lease alive before it gets a full window before it is judged (DESIGN L8)",
-			"outage_from", res.OutageFrom, "outage_to", res.OutageTo, "outage", res.OutageTo.Sub(res.OutageFrom).Round(time.Millisecond),
-			"instances", res.GraceProcesses, "leases", res.GraceLeases)
+		args := []any{"from", res.OutageFrom, "to", res.OutageTo, "gap", res.OutageTo.Sub(res.OutageFrom).Round(time.Millisecond),
+			"instances", res.GraceProcesses, "leases", res.GraceLeases}
+		if first {
+			log.Info("no server wrote the store for a while before this one started (a restart, or a store outage): "+
+				"every instance and lease alive before it gets a full window before it is judged (DESIGN L8)", args...)
+		} else {
+			log.Warn("store outage: nothing could be written for a while; "+
+				"every instance and lease alive before it gets a full window before it is judged (DESIGN L8)", args...)
+		}
 	}
 	if res.FutureProcesses > 0 || res.FutureLeases > 0 {
 		log.Warn("rows dated in the future: their heartbeats are ahead of the server's clock by more than the tolerance, so they count as not heard from (DESIGN L9)",

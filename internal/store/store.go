@@ -319,7 +319,12 @@ type TaskHeartbeatParams struct {
 	// ExpireOnActivity makes the lease expire ActivityAt + window rather
 	// than Now + window (the `activity` expiry policy on a v2 heartbeat).
 	ExpireOnActivity bool
-	Now              time.Time
+	// KeepExpiry, for a v1 heartbeat only (the `activity-only` cutover,
+	// DESIGN T6), records and counts the heartbeat but leaves
+	// lease_expires_at as it is: without activity it does not extend the
+	// lease. ErrInvalid with a v2 heartbeat.
+	KeepExpiry bool
+	Now        time.Time
 }
 
 // TaskCompleteParams finishes a task. Result is stored as given (JSON).

@@ -279,10 +279,13 @@ func (s *Store) TaskHeartbeat(ctx context.Context, p store.TaskHeartbeatParams) 
 		sql.Named("default_lease_ms", p.LeaseTimeout.Milliseconds()),
 		sql.Named("schema_version", p.SchemaVersion),
 	}
-	if p.ActivityAt == nil {
+	switch {
+	case p.ActivityAt == nil && p.KeepExpiry:
+		set = strings.TrimSuffix(set, ",") // a v1 heartbeat under activity-only: the lease keeps its expiry
+	case p.ActivityAt == nil:
 		set += `
 		lease_expires_at = ` + leaseExpiresSQL
-	} else {
+	default:
 		// The new last_activity_at; SET expressions all read the old row.
 		// started_at stands in for a last_activity_at that a claim before
 		// migration 002 left NULL.
@@ -319,6 +322,8 @@ func checkHeartbeat(p store.TaskHeartbeatParams) error {
 		return vigiltype.Invalid("activity_at", "is only accepted with schema_version 2")
 	case p.SchemaVersion == 2 && p.ActivityAt == nil:
 		return vigiltype.Invalid("activity_at", "is required with schema_version 2")
+	case p.KeepExpiry && p.ActivityAt != nil:
+		return vigiltype.Invalid("schema_version", "a heartbeat that keeps its lease's expiry must be v1")
 	}
 	return nil
 }

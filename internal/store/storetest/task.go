@@ -988,6 +988,38 @@ func exerciseTaskActivity(ctx context.Context, t *testing.T, newStore func(t *te
 		require.Equal(t, ptr(at(6*time.Minute)), task.LastHeartbeatAt)
 	})
 
+	// The activity-only cutover (DESIGN T6): a v1 heartbeat is recorded
+	// and counted but does not extend the lease, which runs out on the
+	// activity (the claim) plus the window.
+	t.Run("HeartbeatV1KeepsExpiry", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+		const window = 10 * time.Minute
+		b.register(t, store.ProcessRegisterParams{InstanceID: "w", Hostname: "legacy-host", LivenessIntervalS: 3600})
+		b.enqueue(t, store.TaskEnqueueParams{})
+		claimed, err := b.s.TaskClaim(ctx, store.TaskClaimParams{
+			InstanceID: "w", Types: []string{"email"}, LeaseTimeout: window, Now: t0,
+		})
+		require.NoError(t, err)
+		for _, now := range []time.Time{at(time.Minute), at(9 * time.Minute)} {
+			task := b.heartbeat(t, store.TaskHeartbeatParams{
+				TaskLease: leaseOf(claimed), LeaseTimeout: window, SchemaVersion: 1, KeepExpiry: true, Now: now,
+			})
+			require.Equal(t, claimed.LeaseExpiresAt, task.LeaseExpiresAt, "not extended")
+			require.Equal(t, ptr(now), task.LastHeartbeatAt, "recorded")
+		}
+		versions, err := b.s.HeartbeatVersionList(ctx, t0)
+		require.NoError(t, err)
+		require.Len(t, versions, 1)
+		require.Equal(t, int64(2), versions[0].Heartbeats, "counted per host")
+		require.Equal(t, []int64{claimed.TaskID}, taskIDs(b.reclaim(t, at(window+time.Millisecond))))
+		_, err = b.s.TaskHeartbeat(ctx, store.TaskHeartbeatParams{
+			TaskLease: leaseOf(claimed), LeaseTimeout: window, SchemaVersion: 2, ActivityAt: ptr(at(time.Minute)),
+			KeepExpiry: true, Now: at(time.Minute),
+		})
+		require.ErrorIs(t, err, vigiltype.ErrInvalid, "KeepExpiry is for v1 heartbeats")
+	})
+
 	t.Run("HeartbeatExpireOnActivity", func(t *testing.T) {
 		t.Parallel()
 		b := setup(ctx, t, newStore)
