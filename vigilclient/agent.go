@@ -82,15 +82,32 @@ func (t *Task) Activity() {
 	}
 }
 
-// activityMark is the latest time a handler reported activity.
-type activityMark struct{ unixNano atomic.Int64 }
+// activityMark is the latest time a handler reported activity, kept on the
+// monotonic clock: what is sent is its age (DESIGN T7), which a wall-clock
+// step cannot change.
+type activityMark struct {
+	base  time.Time    // the mark's origin, with its monotonic reading
+	since atomic.Int64 // 1 + nanoseconds from base to the latest activity; 0 before the first
+}
 
-func (m *activityMark) mark(t time.Time) { m.unixNano.Store(t.UnixNano()) }
+func newActivityMark() *activityMark { return &activityMark{base: time.Now()} }
+
+func (m *activityMark) mark(t time.Time) { m.since.Store(int64(t.Sub(m.base)) + 1) }
 
 // last returns the latest reported activity, false before the first.
 func (m *activityMark) last() (time.Time, bool) {
-	n := m.unixNano.Load()
-	return time.Unix(0, n), n != 0
+	n := m.since.Load()
+	return m.base.Add(time.Duration(n - 1)), n != 0
+}
+
+// age returns how long ago the latest activity was reported, false before
+// the first.
+func (m *activityMark) age() (time.Duration, bool) {
+	at, ok := m.last()
+	if !ok {
+		return 0, false
+	}
+	return max(time.Since(at), 0), true
 }
 
 // DecodePayload unmarshals the task's JSON payload into v.
@@ -700,7 +717,7 @@ func (r *runner) runTask(stop context.Context, inst Instance, fenceCh <-chan str
 	hctx, cancelHandler := context.WithCancelCause(context.WithoutCancel(stop))
 	defer cancelHandler(nil)
 	done := make(chan outcome, 1)
-	activity := &activityMark{}
+	activity := newActivityMark()
 	go func() {
 		done <- callHandler(hctx, r.a.Handlers[task.TaskType], &Task{Task: *task, InstanceID: inst.ID, activity: activity})
 	}()
@@ -748,16 +765,23 @@ func (r *runner) runTask(stop context.Context, inst Instance, fenceCh <-chan str
 	}
 }
 
-// leaseHeartbeat sends one lease heartbeat: v2 with the handler's latest
-// activity once it reported any, else v1. A v2 heartbeat the server refuses
-// as invalid (an activity time its clock places before the claim or in the
-// future: the clocks disagree) is sent again as v1, so the lease is kept.
+// leaseHeartbeat sends one lease heartbeat: v2 with the age of the
+// handler's latest activity once it reported any (activity_age_ms, so this
+// host's clock cannot make the server refuse it or shorten the lease,
+// DESIGN T7), else v1. A server that predates activity_age_ms refuses it as
+// invalid: the activity is then sent as activity_at, and if that is refused
+// too (the clocks disagree) the heartbeat goes as v1, so the lease is kept.
 func (r *runner) leaseHeartbeat(ctx context.Context, lease Lease, activity *activityMark, log *slog.Logger) (*vigiltype.Task, error) {
-	at, ok := activity.last()
+	age, ok := activity.age()
 	if !ok {
 		return r.client.TaskHeartbeat(ctx, lease)
 	}
-	t, err := r.client.TaskHeartbeatV2(ctx, lease, at)
+	t, err := r.client.TaskHeartbeatAge(ctx, lease, age)
+	if !errors.Is(err, vigiltype.ErrInvalid) {
+		return t, err
+	}
+	at, _ := activity.last()
+	t, err = r.client.TaskHeartbeatV2(ctx, lease, at)
 	if errors.Is(err, vigiltype.ErrInvalid) {
 		log.Warn("activity heartbeat refused; sent without activity", "activity_at", at, "err", err)
 		return r.client.TaskHeartbeat(ctx, lease)

@@ -30,6 +30,18 @@ func (c *Client) TaskHeartbeatV2(ctx context.Context, l Lease, activityAt time.T
 	})
 }
 
+// TaskHeartbeatAge renews l with a v2 heartbeat whose activity is given as
+// its age, measured on this host's own clock (activity_age_ms, DESIGN T7):
+// the server places the activity at its now − age, so this host's clock
+// being off does not matter. Errors as TaskHeartbeat; ErrInvalid from a
+// server that predates activity_age_ms (send TaskHeartbeatV2 then).
+func (c *Client) TaskHeartbeatAge(ctx context.Context, l Lease, age time.Duration) (*vigiltype.Task, error) {
+	return c.leaseCall(ctx, l, "heartbeat", map[string]any{
+		"schema_version":  HeartbeatSchemaV2,
+		"activity_age_ms": max(age, 0).Milliseconds(),
+	})
+}
+
 // ClaimByID claims the scheduled task taskID for inst (POST /v1/tasks/claim
 // with task_id), for a session that was told which task to work on. The
 // returned task is running under a fresh lease: use inst.Lease(task).

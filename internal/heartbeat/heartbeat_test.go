@@ -36,9 +36,12 @@ func TestMain(m *testing.M) {
 type fakeClient struct {
 	mu       sync.Mutex
 	liveness int
-	posts    []time.Time
+	posts    []time.Time // the activity as the server would place it
+	ages     []time.Duration
 	leaseErr error
 	liveErr  error
+	serverAt func() time.Time // the server's clock, which places an age
+	legacy   bool             // a server that predates activity_age_ms
 }
 
 func (f *fakeClient) ProcessHeartbeat(context.Context, vigilclient.Instance) (*vigiltype.Process, error) {
@@ -55,6 +58,20 @@ func (f *fakeClient) TaskHeartbeatV2(_ context.Context, _ vigilclient.Lease, at 
 		return nil, f.leaseErr
 	}
 	f.posts = append(f.posts, at)
+	return nil, nil
+}
+
+func (f *fakeClient) TaskHeartbeatAge(_ context.Context, _ vigilclient.Lease, age time.Duration) (*vigiltype.Task, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.legacy {
+		return nil, vigiltype.Invalid("activity_age_ms", "unknown field")
+	}
+	if f.leaseErr != nil {
+		return nil, f.leaseErr
+	}
+	f.ages = append(f.ages, age)
+	f.posts = append(f.posts, f.serverAt().Add(-age))
 	return nil, nil
 }
 
@@ -91,6 +108,7 @@ func setup(t *testing.T, mod ...func(*Config)) *testBundle {
 	st, err := Open(t.TempDir())
 	require.NoError(t, err)
 	b := &testBundle{state: st, client: &fakeClient{}, clock: clock.NewFake(t0), parent: &parentFlag{alive: true}}
+	b.client.serverAt = b.clock.Now // the server's clock agrees with the host's unless a test skews it
 	cfg := Config{
 		State:       st,
 		Client:      b.client,
@@ -151,6 +169,30 @@ func TestTick(t *testing.T) {
 		require.Equal(t, 1, live)
 		require.Len(t, posts, 1)
 		require.True(t, posts[0].Equal(t0.Add(-time.Minute)), posts[0])
+	})
+
+	// DESIGN T7, issue #14: the activity goes as its age on this host's
+	// clock, so a host clock 10 minutes off either way does not move the
+	// activity the server records; a server that predates activity_age_ms
+	// gets activity_at.
+	t.Run("the activity is sent as its age, whatever the host clock", func(t *testing.T) {
+		t.Parallel()
+		for _, skew := range []time.Duration{10 * time.Minute, -10 * time.Minute} {
+			b := setup(t, func(c *Config) { c.NotBefore = t0.Add(-time.Hour) })
+			b.client.serverAt = func() time.Time { return b.clock.Now().Add(-skew) } // the host clock runs skew ahead
+			b.touch(t, t0.Add(-time.Minute))
+			require.Equal(t, ActionPosted, b.loop.Tick(ctx).Action)
+			_, posts := b.client.counts()
+			require.Equal(t, []time.Duration{time.Minute}, b.client.ages)
+			require.True(t, posts[0].Equal(t0.Add(-skew-time.Minute)), "one minute before the server's now: %s", posts[0])
+		}
+		b := setup(t)
+		b.client.legacy = true
+		b.touch(t, t0.Add(-time.Minute))
+		require.Equal(t, ActionPosted, b.loop.Tick(ctx).Action)
+		_, posts := b.client.counts()
+		require.Len(t, posts, 1)
+		require.True(t, posts[0].Equal(t0.Add(-time.Minute)), "activity_at for a legacy server")
 	})
 
 	t.Run("stale activity skips the post, liveness still sent; a touch resumes", func(t *testing.T) {

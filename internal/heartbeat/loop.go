@@ -38,6 +38,7 @@ var ErrWriteFailures = errors.New("heartbeat writes kept failing past the lease 
 // Client is the part of *vigilclient.Client the loop uses.
 type Client interface {
 	ProcessHeartbeat(ctx context.Context, inst vigilclient.Instance) (*vigiltype.Process, error)
+	TaskHeartbeatAge(ctx context.Context, l vigilclient.Lease, age time.Duration) (*vigiltype.Task, error)
 	TaskHeartbeatV2(ctx context.Context, l vigilclient.Lease, activityAt time.Time) (*vigiltype.Task, error)
 }
 
@@ -52,9 +53,10 @@ type Config struct {
 	// when the instance belongs to the session, not to another program).
 	Liveness bool
 	// NotBefore is when the server started the lease (the task's
-	// started_at): the server refuses an activity_at before it, so an
-	// older (but fresh) mtime is sent as NotBefore, which the server
-	// already holds as last_activity_at. Zero: no clamp.
+	// started_at): a server that predates activity_age_ms refuses an
+	// activity_at before it, so for such a server an older (but fresh)
+	// mtime is sent as NotBefore. Zero: no clamp. The age form needs no
+	// clamp (the server counts older activity from the claim).
 	NotBefore time.Time
 	// Parent is the process whose life bounds the loop.
 	Parent          ProcRef
@@ -194,10 +196,16 @@ func (l *Loop) Tick(ctx context.Context) TickResult {
 		if at.After(now) {
 			at = now
 		}
-		if at.Before(c.NotBefore) {
-			at = c.NotBefore
+		// The activity's age on this host's clock (the mtime and now are
+		// both this host's), placed by the server on its own (DESIGN T7).
+		_, err := c.Client.TaskHeartbeatAge(ctx, c.Lease, now.Sub(at))
+		if errors.Is(err, vigiltype.ErrInvalid) {
+			if at.Before(c.NotBefore) {
+				at = c.NotBefore
+			}
+			_, err = c.Client.TaskHeartbeatV2(ctx, c.Lease, at) // a server that predates activity_age_ms
 		}
-		if _, err := c.Client.TaskHeartbeatV2(ctx, c.Lease, at); err != nil {
+		if err != nil {
 			if leaseLost(err) {
 				c.Logger.Warn("lease heartbeat refused: the lease is lost, exiting", "task_id", c.Lease.TaskID, "err", err)
 				return TickResult{Action: ActionStopLeaseLost, ActivityAt: mtime, Err: err}
@@ -205,7 +213,7 @@ func (l *Loop) Tick(ctx context.Context) TickResult {
 			werr = errors.Join(werr, err)
 		} else {
 			res.Action = ActionPosted
-			c.Logger.Info("lease heartbeat sent", "task_id", c.Lease.TaskID, "activity_at", at)
+			c.Logger.Info("lease heartbeat sent", "task_id", c.Lease.TaskID, "activity_at", at, "activity_age", now.Sub(at).Round(time.Millisecond))
 		}
 	}
 	if werr == nil {

@@ -264,3 +264,49 @@ func TestActivityOnlyStopsV1FromExtendingLeases(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status)
 	require.Contains(t, string(r.body), `"schema_version":1`, "v1 heartbeats are counted per host")
 }
+
+// DESIGN T7, issue #14: a v2 heartbeat may carry its activity as an age
+// measured on the holder's own clock; the server places it at its now −
+// age, so a holder whose clock is 10 minutes off either way keeps an
+// activity-gated lease exactly as one with a true clock. (An activity_at
+// read off a clock 10 minutes fast is refused; off one 10 minutes slow it
+// would shorten the lease by the skew.)
+func TestActivityAgeIsClockFree(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testserver.WithLeaseTimeout(time.Minute), testserver.WithLeaseExpiry(lease.ExpiryActivity))
+	holder := b.register("session", 3600)
+	b.enqueue(`{"task_type":"edit"}`)
+	task := b.claimTask(holder, "edit")
+	b.clock.Advance(30 * time.Second)
+
+	for _, skew := range []time.Duration{10 * time.Minute, -10 * time.Minute} {
+		holderNow := b.clock.Now().Add(skew)
+		activity := holderNow.Add(-5 * time.Second) // 5s ago, on the holder's clock
+		r := b.beat(holder, task, activityAt(activity))
+		if skew > 0 {
+			require.Equal(t, http.StatusBadRequest, r.status, "an activity_at from a fast clock: %s", r.body)
+		}
+		age := holderNow.Sub(activity).Milliseconds()
+		r = b.beat(holder, task, `,"schema_version":2,"activity_age_ms":`+strconv.FormatInt(age, 10))
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		var got vigiltype.Task
+		require.NoError(t, json.Unmarshal(r.body, &got))
+		want := b.clock.Now().Add(-5 * time.Second)
+		require.Equal(t, want, got.LastActivityAt.UTC(), "skew %s: placed on the server's clock", skew)
+		require.Equal(t, want.Add(time.Minute), got.LeaseExpiresAt.UTC(), "skew %s: the full window from the activity", skew)
+		b.clock.Advance(10 * time.Second)
+	}
+
+	for _, tc := range []struct{ extra, want string }{
+		{`,"schema_version":2,"activity_age_ms":-1`, "activity_age_ms"},
+		{`,"schema_version":2,"activity_age_ms":1e300`, "activity_age_ms"},
+		{`,"schema_version":1,"activity_age_ms":5`, "activity_age_ms"},
+		{`,"schema_version":2,"activity_age_ms":5` + `,"activity_at":"` + b.clock.Now().Format(time.RFC3339) + `"`, "activity_age_ms"},
+	} {
+		r := b.beat(holder, task, tc.extra)
+		require.Equal(t, http.StatusBadRequest, r.status, "%s: %s", tc.extra, r.body)
+		require.Contains(t, string(r.body), tc.want)
+	}
+	r := b.leaseOp(holder, task.TaskID, task.LeaseEpoch, "complete", `,"activity_age_ms":5`)
+	require.Equal(t, http.StatusBadRequest, r.status, "only heartbeats take it: %s", r.body)
+}

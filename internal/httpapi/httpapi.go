@@ -347,6 +347,7 @@ type leaseRequest struct {
 	LeaseEpoch    int64           `json:"lease_epoch"`
 	SchemaVersion int             `json:"schema_version"` // heartbeat
 	ActivityAt    json.RawMessage `json:"activity_at"`    // heartbeat, v2: an RFC 3339 time (activityAt)
+	ActivityAgeMS *float64        `json:"activity_age_ms"` // heartbeat, v2: the activity's age on the holder's clock (DESIGN T7)
 	Result        json.RawMessage `json:"result"`         // complete
 	Error         string          `json:"error"`          // fail
 	RetryAfterS   float64         `json:"retry_after_s"`  // fail
@@ -379,8 +380,8 @@ func (a *api) taskLeaseOp(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, vigiltype.Invalid("error", "error and retry_after_s are only accepted by fail"))
 		return
 	}
-	if op != "heartbeat" && (p.SchemaVersion != 0 || (p.ActivityAt != nil && string(p.ActivityAt) != "null")) {
-		a.fail(w, r, vigiltype.Invalid("schema_version", "schema_version and activity_at are only accepted by heartbeat"))
+	if op != "heartbeat" && (p.SchemaVersion != 0 || (p.ActivityAt != nil && string(p.ActivityAt) != "null") || p.ActivityAgeMS != nil) {
+		a.fail(w, r, vigiltype.Invalid("schema_version", "schema_version, activity_at and activity_age_ms are only accepted by heartbeat"))
 		return
 	}
 	activity, err := activityAt(p.ActivityAt)
@@ -396,7 +397,7 @@ func (a *api) taskLeaseOp(w http.ResponseWriter, r *http.Request) {
 	var t *vigiltype.Task
 	switch op {
 	case "heartbeat":
-		t, err = a.Lease.Heartbeat(r.Context(), l, lease.Beat{SchemaVersion: p.SchemaVersion, ActivityAt: activity})
+		t, err = a.Lease.Heartbeat(r.Context(), l, lease.Beat{SchemaVersion: p.SchemaVersion, ActivityAt: activity, ActivityAgeMS: p.ActivityAgeMS})
 		if err == nil && a.Metrics != nil {
 			a.Metrics.Heartbeats.WithLabelValues("lease", strconv.Itoa(t.HeartbeatSchemaVersion)).Inc()
 		}

@@ -27,6 +27,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -352,7 +353,16 @@ type Beat struct {
 	// of progress. It may not be in the future (beyond
 	// ActivityClockTolerance) nor before the claim.
 	ActivityAt *time.Time
+	// ActivityAgeMS, with version 2, stands for ActivityAt (one of the two,
+	// not both): the activity's age in milliseconds, measured on the
+	// holder's own clock (DESIGN T7), so the server places it at its now −
+	// age and a skewed holder clock neither refuses nor shortens the lease.
+	// 0 to ActivityAgeMaxMS.
+	ActivityAgeMS *float64
 }
+
+// ActivityAgeMaxMS bounds activity_age_ms: 30 days.
+const ActivityAgeMaxMS = 30 * 24 * 3600 * 1000
 
 // Heartbeat renews a held lease (DESIGN T3, T4). Under the activity policy a
 // v2 heartbeat's expiry counts from its activity_at, so heartbeats without
@@ -364,6 +374,19 @@ func (s *Service) Heartbeat(ctx context.Context, l Lease, b Beat) (*vigiltype.Ta
 		version = 1
 	}
 	now := s.clock.Now()
+	if b.ActivityAgeMS != nil {
+		age := *b.ActivityAgeMS
+		switch {
+		case b.ActivityAt != nil:
+			return nil, vigiltype.Invalid("activity_age_ms", "send activity_at or activity_age_ms, not both")
+		case age != age || age < 0 || age > ActivityAgeMaxMS:
+			return nil, vigiltype.Invalid("activity_age_ms", "must be a number of milliseconds from 0 to "+strconv.Itoa(ActivityAgeMaxMS))
+		case version == 1:
+			return nil, vigiltype.Invalid("activity_age_ms", "is only accepted with schema_version 2")
+		}
+		at := now.Add(-time.Duration(age * float64(time.Millisecond)))
+		b.ActivityAt = &at
+	}
 	switch {
 	case version != 1 && version != 2:
 		return nil, vigiltype.Invalid("schema_version", "must be 1 or 2")
@@ -395,7 +418,13 @@ func (s *Service) Heartbeat(ctx context.Context, l Lease, b Beat) (*vigiltype.Ta
 			return nil, fmt.Errorf("task %d: %w", l.TaskID, err)
 		}
 		if t.StartedAt != nil && activityAt.Before(t.StartedAt.Truncate(time.Millisecond)) && t.LeaseEpoch == l.Epoch {
-			return nil, vigiltype.Invalid("activity_at", "must not be before the claim ("+t.StartedAt.Format(time.RFC3339Nano)+")")
+			if b.ActivityAgeMS == nil {
+				return nil, vigiltype.Invalid("activity_at", "must not be before the claim ("+t.StartedAt.Format(time.RFC3339Nano)+")")
+			}
+			// An age is the holder's own measure, not a clock to refuse:
+			// activity older than the claim counts from the claim.
+			claimed := t.StartedAt.Truncate(time.Millisecond)
+			activityAt = &claimed
 		}
 	}
 	return s.store.TaskHeartbeat(ctx, store.TaskHeartbeatParams{

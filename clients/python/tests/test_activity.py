@@ -77,10 +77,14 @@ class ActivityTest(AgentTestCase):
         eventually(30, "the handler to report activity", lambda: len(reported) == 2)
         row, at = reported
         self.assertEqual(row["heartbeat_schema_version"], 2)
-        self.assertEqual(parse_time(row["last_activity_at"]), ms(at))
+        # The activity goes as its age (DESIGN T7): the server places it on
+        # its own clock, here the same machine's, within a request's time.
+        first = parse_time(row["last_activity_at"])
+        self.assertLess(abs((first - ms(at)).total_seconds()), 1.0)
 
         eventually(30, "a periodic v2 heartbeat", lambda: renewed_after(row["last_heartbeat_at"], 2))
-        self.assertEqual(parse_time(c.get_task(tid)["last_activity_at"]), ms(at), "periodic heartbeats carry no new activity")
+        later = parse_time(c.get_task(tid)["last_activity_at"])
+        self.assertLess((later - first).total_seconds(), 1.0, "periodic heartbeats carry no new activity")
         done.set()
         self.assertEqual(self.wait_status(c, tid, "completed")["result"], "ok")
 

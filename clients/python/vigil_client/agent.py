@@ -63,6 +63,7 @@ from .client import Client, Instance, Lease, Row
 from .errors import (
     CODE_INSTANCE_EXITED,
     CODE_INVALID_TOKEN,
+    BadRequestError,
     DrainingError,
     FencedError,
     LeaseLostError,
@@ -117,6 +118,7 @@ class Task:
         self.cancelled = threading.Event()
         self._cause: Optional[BaseException] = None
         self._activity_at: Optional[datetime] = None  # last activity the server accepted
+        self._activity_mono: Optional[float] = None  # the same on the monotonic clock
         self._lock = threading.Lock()
         self._runner = runner
         self._keep_until = 0.0  # monotonic: until when a finished result is sent (runtime)
@@ -163,10 +165,20 @@ class Task:
         with self._lock:
             return self._activity_at
 
-    def _set_activity(self, at: datetime) -> None:
+    @property
+    def _activity_age(self) -> Optional[float]:
+        """Seconds since the last accepted activity, on the monotonic clock."""
+        with self._lock:
+            if self._activity_mono is None:
+                return None
+            return max(0.0, time.monotonic() - self._activity_mono)
+
+    def _set_activity(self, at: datetime, mono: float) -> None:
         with self._lock:
             if self._activity_at is None or at > self._activity_at:
                 self._activity_at = at
+            if self._activity_mono is None or mono > self._activity_mono:
+                self._activity_mono = mono
 
     def _cancel(self, cause: BaseException) -> bool:
         with self._lock:
@@ -818,10 +830,19 @@ class _Runner:
         def renew() -> None:
             sent = time.monotonic()
             try:
-                # v1 until the handler reported activity, then v2 carrying it.
-                row = self.client.task_heartbeat(
-                    lease, activity_at=task.last_activity, timeout=decide.call_timeout(interval)
-                )
+                # v1 until the handler reported activity, then v2 carrying
+                # its age on this host's monotonic clock (DESIGN T7); a server
+                # that predates activity_age_ms gets activity_at.
+                age = task._activity_age
+                if age is None:
+                    row = self.client.task_heartbeat(lease, timeout=decide.call_timeout(interval))
+                else:
+                    try:
+                        row = self.client.task_heartbeat(lease, activity_age=age, timeout=decide.call_timeout(interval))
+                    except BadRequestError:
+                        row = self.client.task_heartbeat(
+                            lease, activity_at=task.last_activity, timeout=decide.call_timeout(interval)
+                        )
                 kq.put(("beat", row, sent, None, time.monotonic()))
             except Exception as e:  # noqa: BLE001
                 kq.put(("beat", None, sent, e, time.monotonic()))
@@ -920,12 +941,15 @@ class _Runner:
         sent = time.monotonic()
         at = datetime.now(timezone.utc)
         try:
-            row = self.client.task_heartbeat(task.lease, activity_at=at, timeout=decide.CALL_TIMEOUT_MAX)
+            try:
+                row = self.client.task_heartbeat(task.lease, activity_age=0.0, timeout=decide.CALL_TIMEOUT_MAX)
+            except BadRequestError:  # a server that predates activity_age_ms
+                row = self.client.task_heartbeat(task.lease, activity_at=at, timeout=decide.CALL_TIMEOUT_MAX)
         except VigilError as e:
             if kq is not None and (isinstance(e, (LeaseLostError, NotFoundError)) or e.code in (CODE_INVALID_TOKEN, CODE_INSTANCE_EXITED)):
                 kq.put(("beat", None, sent, e, time.monotonic()))
             raise
-        task._set_activity(at)
+        task._set_activity(at, sent)
         if kq is not None:
             kq.put(("beat", row, sent, None, time.monotonic()))
         return row

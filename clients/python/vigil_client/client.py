@@ -15,7 +15,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from ._version import __version__
 from ._decide import format_time
-from .errors import MAX_ERROR_BODY, UnreachableError, VigilError, error_for
+from .errors import MAX_ERROR_BODY, BadRequestError, UnreachableError, VigilError, error_for
 from .settings import ENV_CA_FILE, EnvError, SettingsError, connection_from_env
 
 HTTP_TIMEOUT_DEFAULT = 30.0
@@ -273,23 +273,35 @@ class Client:
         lease: Lease,
         *,
         activity_at: Optional[datetime] = None,
+        activity_age: Optional[float] = None,
         timeout: Optional[float] = None,
     ) -> Optional[Row]:
         """Renews the lease (DESIGN T3): last_heartbeat_at = now, lease_expires_at
-        = now + the window. Without activity_at this is a v1 heartbeat (no
-        schema_version sent). With activity_at (an aware datetime: the last
-        evidence of progress) it is a v2 heartbeat (DESIGN T4) carrying
-        ``"schema_version": 2`` and ``activity_at``. Errors: LeaseLostError
-        (do not retry), NotFoundError, BadRequestError, VigilError."""
+        = now + the window. Without activity this is a v1 heartbeat (no
+        schema_version sent). With activity it is a v2 heartbeat (DESIGN T4):
+        ``activity_age`` (seconds, measured on this host's own clock; sent as
+        ``activity_age_ms``, which the server places at its now − age, so this
+        host's clock being off does not matter, DESIGN T7) or ``activity_at``
+        (an aware datetime, for a server that predates activity_age_ms; not
+        both). Errors: LeaseLostError (do not retry), NotFoundError,
+        BadRequestError, VigilError."""
+        if activity_at is not None and activity_age is not None:
+            raise ValueError("task_heartbeat: pass activity_at or activity_age, not both")
         extra: Dict[str, Any] = {}
-        if activity_at is not None:
+        if activity_age is not None:
+            extra = {"schema_version": 2, "activity_age_ms": max(0, int(activity_age * 1000))}
+        elif activity_at is not None:
             extra = {"schema_version": 2, "activity_at": format_time(activity_at)}
         return self._lease_call(lease, "heartbeat", extra, timeout)
 
     def activity(self, lease: Lease, *, timeout: Optional[float] = None) -> Optional[Row]:
-        """A v2 lease heartbeat with activity_at = now: "this task made progress
-        just now". Errors as task_heartbeat."""
-        return self.task_heartbeat(lease, activity_at=datetime.now(timezone.utc), timeout=timeout)
+        """A v2 lease heartbeat saying "this task made progress just now"
+        (activity_age_ms 0, so this host's clock does not matter; activity_at
+        = now for a server that predates it). Errors as task_heartbeat."""
+        try:
+            return self.task_heartbeat(lease, activity_age=0.0, timeout=timeout)
+        except BadRequestError:
+            return self.task_heartbeat(lease, activity_at=datetime.now(timezone.utc), timeout=timeout)
 
     def complete(self, lease: Lease, result: Any = None, *, timeout: Optional[float] = None) -> Optional[Row]:
         """Finishes the task with result (any JSON value; None stores null)."""
