@@ -77,21 +77,27 @@ func AliveWindow(livenessIntervalS float64) time.Duration {
 
 // SetStoredDeadline computes Status, GraceUntil and StatusReason at now
 // from the alive_until a store read for p: the heartbeat's own window, or
-// later while a store outage grace lasts (DESIGN L8), or earlier once a
-// row dated in the future was judged not heard from (L9). Stores call it
-// once per row they read.
+// later while a store outage grace lasts (DESIGN L8). A last heartbeat
+// dated more than FutureTolerance ahead of now is not heard from (L9): the
+// instance is alive only up to the stored alive_until, which the store's
+// pulse cuts to one alive window from when it saw the row, and its reason
+// says so. Stores call it once per row they read.
 func (p *Process) SetStoredDeadline(aliveUntil, now time.Time) {
 	p.GraceUntil, p.StatusReason = nil, ""
-	if p.ExitedAt == nil && aliveUntil.After(p.AliveUntil()) && !now.After(aliveUntil) {
+	future := p.LastHeartbeatAt.After(now.Add(FutureTolerance))
+	if p.ExitedAt == nil && (future || aliveUntil.After(p.AliveUntil())) && !now.After(aliveUntil) {
 		until := aliveUntil
 		p.GraceUntil = &until
 	}
 	p.Status = p.ComputeStatus(now)
 	switch {
 	case p.ExitedAt != nil:
-	case p.LastHeartbeatAt.After(now.Add(FutureTolerance)):
-		p.StatusReason = fmt.Sprintf("last heartbeat dated %s, ahead of the server's clock (%s): not heard from",
+	case future:
+		p.StatusReason = fmt.Sprintf("last heartbeat dated %s, ahead of the server's clock (%s): not heard from since",
 			p.LastHeartbeatAt.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))
+		if p.GraceUntil != nil {
+			p.StatusReason += "; judged by its heartbeats after " + p.GraceUntil.UTC().Format(time.RFC3339Nano)
+		}
 	case p.GraceUntil != nil && now.After(p.AliveUntil()):
 		p.StatusReason = "store outage grace: heartbeats could not be written while the store was unavailable; " +
 			"judged by its heartbeats again after " + p.GraceUntil.UTC().Format(time.RFC3339Nano)
@@ -100,14 +106,18 @@ func (p *Process) SetStoredDeadline(aliveUntil, now time.Time) {
 
 // ComputeStatus returns the status of p at now (DESIGN L3): alive while
 // now is within the alive window of its last heartbeat, or up to
-// GraceUntil (L8); stopped once exited, past both, or when its last
-// heartbeat is dated more than FutureTolerance ahead of now (L9).
+// GraceUntil (L8); stopped once exited or past both. A last heartbeat
+// dated more than FutureTolerance ahead of now counts for nothing (L9):
+// only GraceUntil can keep such an instance alive.
 func (p *Process) ComputeStatus(now time.Time) ProcessStatus {
 	deadline := p.AliveUntil()
+	if p.LastHeartbeatAt.After(now.Add(FutureTolerance)) {
+		deadline = time.Time{}
+	}
 	if p.GraceUntil != nil && p.GraceUntil.After(deadline) {
 		deadline = *p.GraceUntil
 	}
-	if p.ExitedAt != nil || now.After(deadline) || p.LastHeartbeatAt.After(now.Add(FutureTolerance)) {
+	if p.ExitedAt != nil || now.After(deadline) {
 		return ProcessStopped
 	}
 	return ProcessAlive

@@ -105,9 +105,10 @@ func TestServerDowntimeIsAnOutage(t *testing.T) {
 
 // A liveness row dated in the future (a server clock stepped back an hour,
 // or a restore from a host whose clock ran ahead) does not keep a silent
-// instance alive: it shows stopped with a reason, its lease is reclaimed,
-// and prune removes it (DESIGN L9, issue #12 case 2). On the old code it
-// stayed alive ("heartbeat 0ms ago") for the hour and prune kept it.
+// instance alive for the hour: it gets one alive window from when the
+// restarted server saw it, with a reason, then shows stopped, its lease is
+// reclaimed and prune removes it (DESIGN L9, issue #12 case 2). On the old
+// code it stayed alive ("heartbeat 0ms ago") for the hour and prune kept it.
 func TestFutureDatedInstanceIsNotHeardFrom(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -118,9 +119,9 @@ func TestFutureDatedInstanceIsNotHeardFrom(t *testing.T) {
 		testserver.WithSweepInterval(10 * time.Millisecond),
 	}
 	first := testserver.Start(t, opts...)
-	reg, err := first.Liveness.Register(ctx, liveness.RegisterParams{ProcessKind: "worker", Hostname: "h", PID: 1, LivenessIntervalS: 30})
+	reg, err := first.Liveness.Register(ctx, liveness.RegisterParams{ProcessKind: "worker", Hostname: "h", PID: 1, LivenessIntervalS: 2})
 	require.NoError(t, err)
-	task, err := first.Lease.Enqueue(ctx, lease.EnqueueParams{TaskType: "sleep"})
+	task, err := first.Lease.Enqueue(ctx, lease.EnqueueParams{TaskType: "sleep", LeaseTimeoutS: 10})
 	require.NoError(t, err)
 	_, err = first.Lease.Claim(ctx, reg.InstanceID, reg.InstanceToken, []string{"sleep"})
 	require.NoError(t, err)
@@ -130,13 +131,22 @@ func TestFutureDatedInstanceIsNotHeardFrom(t *testing.T) {
 	second := testserver.Start(t, opts...)
 	p, err := second.Liveness.Get(ctx, reg.InstanceID)
 	require.NoError(t, err)
-	require.Equal(t, vigiltype.ProcessStopped, p.Status)
 	require.Contains(t, p.StatusReason, "ahead of the server's clock")
-	waitUntil(t, "the lease taken back", func() bool {
-		got, err := second.Lease.Get(ctx, task.TaskID)
+	require.NotNil(t, p.GraceUntil)
+	require.Equal(t, clk.Now().Add(6*time.Second), *p.GraceUntil, "one alive window from now, not the hour")
+
+	// A pass (and so a pulse) every second: judged once its window ends.
+	for range 11 {
+		clk.Advance(time.Second)
+		_, err := second.Lease.Reclaim(ctx)
 		require.NoError(t, err)
-		return got.Status == vigiltype.TaskScheduled
-	})
+	}
+	p, err = second.Liveness.Get(ctx, reg.InstanceID)
+	require.NoError(t, err)
+	require.Equal(t, vigiltype.ProcessStopped, p.Status)
+	got, err := second.Lease.Get(ctx, task.TaskID)
+	require.NoError(t, err)
+	require.Equal(t, vigiltype.TaskScheduled, got.Status, "its lease taken back")
 	n, err := second.Liveness.Prune(ctx, 24*time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)

@@ -262,7 +262,7 @@ type ProcessListParams struct {
 }
 
 // ProcessPruneParams: delete stopped history older than Before, and any
-// instance whose last heartbeat is dated more than
+// stopped instance whose last heartbeat is dated more than
 // vigiltype.FutureTolerance after Now (DESIGN L9: not heard from).
 type ProcessPruneParams struct {
 	Before time.Time

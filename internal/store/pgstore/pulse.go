@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -84,19 +85,26 @@ func pulseTx(ctx context.Context, tx pgx.Tx, p store.StorePulseParams) (*store.S
 	if !checkFuture {
 		return res, nil
 	}
-	// DESIGN L9: a row dated ahead of the clock is not heard from.
-	args := pgx.StrictNamedArgs{"past": now.Add(-time.Millisecond), "future": now.Add(tol)}
+	// DESIGN L9: a row dated ahead of the clock is not heard from after
+	// now: it keeps at most one window from now — the alive window for an
+	// instance, the lease's own window for a lease — never the time it was
+	// dated for. A live holder (a server clock stepped back) heartbeats
+	// within it and carries on; a dead one is judged when it ends. The
+	// same bound applies to an alive_until a grace dated ahead (a clock
+	// that jumped forward, then back).
+	args := pgx.StrictNamedArgs{"now": now, "future": now.Add(tol)}
 	tag, err := tx.Exec(ctx, `
-		UPDATE processes SET alive_until = @past
-		WHERE exited_at IS NULL AND last_heartbeat_at > @future AND alive_until > @past`, args)
+		UPDATE processes SET alive_until = `+aliveUntilSQL+`
+		WHERE exited_at IS NULL AND alive_until > `+aliveUntilSQL+`
+			AND (last_heartbeat_at > @future OR alive_until > `+sqlAddMS("@future", "trunc(liveness_interval_s * "+strconv.Itoa(vigiltype.AliveWindowFactor)+" * 1000)::bigint")+`)`, args)
 	if err != nil {
 		return nil, err
 	}
 	res.FutureProcesses = tag.RowsAffected()
 	tag, err = tx.Exec(ctx, `
-		UPDATE tasks SET lease_expires_at = @past
-		WHERE status = 'running' AND lease_expires_at > @past
-			AND (last_heartbeat_at > @future OR last_activity_at > @future)`, args)
+		UPDATE tasks SET lease_expires_at = `+sqlAddMS("@now", leaseWindowMSSQL)+`
+		WHERE status = 'running' AND (last_heartbeat_at > @future OR last_activity_at > @future)
+			AND lease_expires_at > `+sqlAddMS("@now", leaseWindowMSSQL), args)
 	if err != nil {
 		return nil, err
 	}

@@ -231,7 +231,7 @@ func (s *Store) ProcessList(ctx context.Context, p store.ProcessListParams) ([]*
 func (s *Store) ProcessPrune(ctx context.Context, p store.ProcessPruneParams) (int64, error) {
 	res, err := s.writer.ExecContext(ctx, `
 		DELETE FROM processes
-		WHERE (last_heartbeat_at > @future OR (NOT `+aliveSQL+` AND last_heartbeat_at < @before))
+		WHERE NOT `+aliveSQL+` AND (last_heartbeat_at < @before OR last_heartbeat_at > @future)
 			AND NOT EXISTS (
 				SELECT 1 FROM tasks
 				WHERE tasks.lease_owner = processes.instance_id AND tasks.status = 'running')`,

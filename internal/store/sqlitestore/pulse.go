@@ -6,7 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
+	"strconv"
 
 	"github.com/vigil-fleet/vigil/internal/store"
 	"github.com/vigil-fleet/vigil/vigiltype"
@@ -87,22 +87,28 @@ func pulseTx(ctx context.Context, tx *sql.Tx, p store.StorePulseParams) (*store.
 	if !checkFuture {
 		return res, nil
 	}
-	// DESIGN L9: a row dated ahead of the clock is not heard from.
-	past := timeString(now.Add(-time.Millisecond))
+	// DESIGN L9: a row dated ahead of the clock is not heard from after
+	// now: it keeps at most one window from now — the alive window for an
+	// instance, the lease's own window for a lease — never the time it was
+	// dated for. A live holder (a server clock stepped back) heartbeats
+	// within it and carries on; a dead one is judged when it ends. The
+	// same bound applies to an alive_until a grace dated ahead (a clock
+	// that jumped forward, then back).
 	future := timeString(now.Add(tol))
 	r, err := tx.ExecContext(ctx, `
-		UPDATE processes SET alive_until = @past
-		WHERE exited_at IS NULL AND last_heartbeat_at > @future AND alive_until > @past`,
-		sql.Named("past", past), sql.Named("future", future))
+		UPDATE processes SET alive_until = `+aliveUntilSQL+`
+		WHERE exited_at IS NULL AND alive_until > `+aliveUntilSQL+`
+			AND (last_heartbeat_at > @future OR alive_until > `+sqlAddMS("@future", "CAST(liveness_interval_s * "+strconv.Itoa(vigiltype.AliveWindowFactor)+" * 1000 AS INTEGER)")+`)`,
+		sql.Named("now", nowS), sql.Named("future", future))
 	if err != nil {
 		return nil, err
 	}
 	res.FutureProcesses, _ = r.RowsAffected()
 	r, err = tx.ExecContext(ctx, `
-		UPDATE tasks SET lease_expires_at = @past
-		WHERE status = 'running' AND lease_expires_at > @past
-			AND (last_heartbeat_at > @future OR last_activity_at > @future)`,
-		sql.Named("past", past), sql.Named("future", future))
+		UPDATE tasks SET lease_expires_at = `+sqlAddMS("@now", leaseWindowMSSQL)+`
+		WHERE status = 'running' AND (last_heartbeat_at > @future OR last_activity_at > @future)
+			AND lease_expires_at > `+sqlAddMS("@now", leaseWindowMSSQL),
+		sql.Named("now", nowS), sql.Named("future", future))
 	if err != nil {
 		return nil, err
 	}

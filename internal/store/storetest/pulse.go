@@ -123,41 +123,75 @@ func exercisePulse(ctx context.Context, t *testing.T, newStore func(t *testing.T
 	})
 
 	// DESIGN L9: a heartbeat dated in the future does not keep an
-	// instance alive, nor its lease, and prune can remove it.
-	t.Run("FutureRowsAreNotHeardFrom", func(t *testing.T) {
+	// instance alive for the time it was dated for: one alive window from
+	// when the pulse saw it, no more. A live holder (its server's clock
+	// stepped back) heartbeats within that window and keeps its task —
+	// its lease is not cut (attacker finding: cutting it put a second
+	// runner on the task); a dead one is then judged, its lease taken
+	// back, and prune can remove it.
+	t.Run("FutureRowsKeepOneWindow", func(t *testing.T) {
 		t.Parallel()
 		b := setup(ctx, t, newStore)
-		ahead := b.register(t, store.ProcessRegisterParams{LivenessIntervalS: 2, Now: at(time.Hour)})
+		dead := b.register(t, store.ProcessRegisterParams{LivenessIntervalS: 2, Now: at(time.Hour)})
+		live := b.register(t, store.ProcessRegisterParams{LivenessIntervalS: 2, Now: at(time.Hour)})
 		b.enqueue(t, store.TaskEnqueueParams{})
-		task := b.claim(t, ahead.InstanceID, at(time.Hour))
+		b.enqueue(t, store.TaskEnqueueParams{})
+		deadTask := b.claim(t, dead.InstanceID, at(time.Hour))
+		liveTask := b.claim(t, live.InstanceID, at(time.Hour))
 		ok := b.register(t, store.ProcessRegisterParams{LivenessIntervalS: 2, Now: at(3 * time.Second)})
 
-		p := b.get(t, ahead.InstanceID, at(0))
-		require.Equal(t, vigiltype.ProcessStopped, p.Status, "read at once as not heard from")
+		p := b.get(t, dead.InstanceID, at(0))
 		require.Contains(t, p.StatusReason, "ahead of the server's clock")
 		require.Equal(t, vigiltype.ProcessAlive, b.get(t, ok.InstanceID, at(0)).Status, "within the tolerance")
 
 		res, err := b.s.StorePulse(b.ctx, store.StorePulseParams{Now: at(0), Gap: pulseGap, CheckFuture: true})
 		require.NoError(t, err)
-		require.Equal(t, int64(1), res.FutureProcesses)
-		require.Equal(t, int64(1), res.FutureLeases)
-		alive, err := b.s.ProcessList(b.ctx, store.ProcessListParams{Status: vigiltype.ProcessAlive, Now: at(0)})
+		require.Equal(t, int64(2), res.FutureProcesses)
+		require.Equal(t, int64(2), res.FutureLeases)
+		p = b.get(t, dead.InstanceID, at(0))
+		require.Equal(t, vigiltype.ProcessAlive, p.Status)
+		require.Equal(t, at(6*time.Second), *p.GraceUntil, "one alive window from now, not an hour")
+		require.Contains(t, p.StatusReason, "judged by its heartbeats after")
+		require.Equal(t, at(5*time.Minute), *b.getTask(t, deadTask.TaskID).LeaseExpiresAt, "one lease window from now")
+		require.Empty(t, b.reclaim(t, at(0)), "no lease is cut: its holder may be alive")
+
+		// The live holder heartbeats on the server's clock and carries on.
+		_, err = b.s.ProcessHeartbeat(b.ctx, store.ProcessHeartbeatParams{
+			InstanceID: live.InstanceID, TokenHash: tokenHash(live.InstanceID), Now: at(2 * time.Second),
+		})
 		require.NoError(t, err)
-		require.Len(t, alive, 1)
-		require.Equal(t, ok.InstanceID, alive[0].InstanceID)
-		got := b.reclaim(t, at(0))
-		require.Len(t, got, 1, "its lease is taken back")
-		require.Equal(t, task.TaskID, got[0].TaskID)
+		b.heartbeat(t, store.TaskHeartbeatParams{TaskLease: leaseOf(liveTask), LeaseTimeout: defaultLease, SchemaVersion: 1, Now: at(2 * time.Second)})
 
 		res, err = b.s.StorePulse(b.ctx, store.StorePulseParams{Now: at(time.Second), Gap: pulseGap, CheckFuture: true})
 		require.NoError(t, err)
 		require.Zero(t, res.FutureProcesses, "judged once")
 
-		n, err := b.s.ProcessPrune(b.ctx, store.ProcessPruneParams{Before: at(-24 * time.Hour), Now: at(time.Second)})
+		later := at(6*time.Second + time.Millisecond)
+		require.Equal(t, vigiltype.ProcessStopped, b.get(t, dead.InstanceID, later).Status)
+		require.Equal(t, vigiltype.ProcessAlive, b.get(t, live.InstanceID, later).Status)
+		got := b.reclaim(t, later)
+		require.Equal(t, []int64{deadTask.TaskID}, taskIDs(got), "only the dead holder's task")
+
+		n, err := b.s.ProcessPrune(b.ctx, store.ProcessPruneParams{Before: at(-24 * time.Hour), Now: later})
 		require.NoError(t, err)
-		require.Equal(t, int64(1), n, "prune removes the future-dated row")
-		_, err = b.s.ProcessGet(b.ctx, ahead.InstanceID, at(time.Second))
+		require.Equal(t, int64(1), n, "prune removes the stopped future-dated row, not the live one")
+		_, err = b.s.ProcessGet(b.ctx, dead.InstanceID, later)
 		require.ErrorIs(t, err, vigiltype.ErrNotFound)
+	})
+
+	// A grace written while the clock ran ahead (a jump forward, then
+	// back) is cut to one window from now too (attacker finding: it kept
+	// a dead instance alive for the length of the jump).
+	t.Run("GraceDatedAheadIsCut", func(t *testing.T) {
+		t.Parallel()
+		b := setup(ctx, t, newStore)
+		proc := b.register(t, store.ProcessRegisterParams{LivenessIntervalS: 2, Now: at(0)})
+		b.pulse(t, at(0))
+		b.pulse(t, at(time.Hour)) // the clock jumped forward: a gap, a grace to 1h+6s
+		b.pulse(t, at(10*time.Second))
+		p := b.get(t, proc.InstanceID, at(10*time.Second))
+		require.Equal(t, at(16*time.Second), *p.GraceUntil)
+		require.Equal(t, vigiltype.ProcessStopped, b.get(t, proc.InstanceID, at(16*time.Second+time.Millisecond)).Status)
 	})
 
 	// A server clock stepped back past the tolerance triggers the check
