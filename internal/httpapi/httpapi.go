@@ -345,12 +345,12 @@ func (a *api) taskClaim(w http.ResponseWriter, r *http.Request) {
 type leaseRequest struct {
 	InstanceID    string          `json:"instance_id"`
 	LeaseEpoch    int64           `json:"lease_epoch"`
-	SchemaVersion int             `json:"schema_version"` // heartbeat
-	ActivityAt    json.RawMessage `json:"activity_at"`    // heartbeat, v2: an RFC 3339 time (activityAt)
+	SchemaVersion int             `json:"schema_version"`  // heartbeat
+	ActivityAt    json.RawMessage `json:"activity_at"`     // heartbeat, v2: an RFC 3339 time (activityAt)
 	ActivityAgeMS *float64        `json:"activity_age_ms"` // heartbeat, v2: the activity's age on the holder's clock (DESIGN T7)
-	Result        json.RawMessage `json:"result"`         // complete
-	Error         string          `json:"error"`          // fail
-	RetryAfterS   float64         `json:"retry_after_s"`  // fail
+	Result        json.RawMessage `json:"result"`          // complete
+	Error         string          `json:"error"`           // fail
+	RetryAfterS   float64         `json:"retry_after_s"`   // fail
 }
 
 func (a *api) taskLeaseOp(w http.ResponseWriter, r *http.Request) {
