@@ -737,6 +737,18 @@ func (r *runner) runTask(stop context.Context, inst Instance, fenceCh <-chan str
 		case o := <-done:
 			stopKeeper()
 			keeper.Wait() // no lease heartbeat races the outcome
+			if o.err != nil && errors.Is(context.Cause(hctx), ErrFenced) {
+				// The runtime stopped the handler because it could not
+				// reach the server, not because the work failed: hand the
+				// task back without counting an attempt (a server restart
+				// must never dead-letter healthy work).
+				log.Warn("handler stopped by the fence: releasing the task, no attempt counted", "err", o.err)
+				r.sendOutcome(stop, log, "release", keepUntil, func(ctx context.Context) error {
+					_, err := r.client.Release(ctx, lease)
+					return err
+				})
+				return
+			}
 			r.report(stop, log, lease, o, complete, keepUntil)
 			return
 

@@ -2,6 +2,8 @@ package vigilclient_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -169,4 +171,59 @@ func TestAgentRidesOutAStoreOutage(t *testing.T) {
 	got := b.task(t, task.TaskID)
 	require.Equal(t, inst, *got.CompletedBy)
 	require.Zero(t, got.Reclaims)
+}
+
+// heartbeatsUnreachable fails every heartbeat (liveness and lease) with a
+// network error while down is set: the server cannot be reached, as when
+// it is being restarted.
+type heartbeatsUnreachable struct {
+	next http.RoundTripper
+	down atomic.Bool
+}
+
+func (h *heartbeatsUnreachable) RoundTrip(req *http.Request) (*http.Response, error) {
+	if h.down.Load() && strings.HasSuffix(req.URL.Path, "/heartbeat") {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, errors.New("connect: connection refused (test fault)")
+	}
+	return h.next.RoundTrip(req)
+}
+
+// A handler the runtime stopped because the instance was fenced (the
+// server could not be reached for its alive window) has its task released,
+// not failed: a server restart must not count an attempt against healthy
+// work, nor dead-letter it after max_attempts restarts (attacker finding
+// F3: five restarts dead-lettered a task whose handler never failed).
+func TestFencedHandlerReleasesItsTask(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testserver.WithSweepInterval(time.Hour)) // the server takes nothing back meanwhile
+	net := &heartbeatsUnreachable{next: &http.Transport{}}
+	hc := &http.Client{Transport: net, Timeout: 10 * time.Second}
+	t.Cleanup(hc.CloseIdleConnections)
+	client, err := vigilclient.New([]string{b.srv.URL}, vigilclient.WithHTTPClient(hc))
+	require.NoError(t, err)
+
+	cancelled := make(chan error, 1)
+	a := b.agent("restarted", map[string]vigilclient.Handler{
+		"long": func(ctx context.Context, task *vigilclient.Task) (any, error) {
+			<-ctx.Done()
+			cancelled <- context.Cause(ctx)
+			return nil, fmt.Errorf("interrupted: %w", context.Cause(ctx))
+		},
+	}, vigilclient.Settings{LivenessInterval: 100 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, PollInterval: time.Hour})
+	a.Client = client
+	task := b.enqueue(t, vigilclient.EnqueueParams{TaskType: "long"})
+	start(t, a)
+	waitFor(t, "the claim", func() bool { return b.task(t, task.TaskID).Status == vigiltype.TaskRunning })
+
+	net.down.Store(true)
+	require.ErrorIs(t, recv(t, "the fence to cancel the handler", cancelled), vigilclient.ErrFenced)
+	waitFor(t, "the task handed back", func() bool { return b.task(t, task.TaskID).Status == vigiltype.TaskScheduled })
+	got := b.task(t, task.TaskID)
+	require.Zero(t, got.Attempts, "no attempt counted: %v", got.LastError)
+	require.Zero(t, got.Reclaims)
+	b.logs.wait(t, "handler stopped by the fence: releasing the task, no attempt counted", "task_id", id(task.TaskID))
+	net.down.Store(false)
 }

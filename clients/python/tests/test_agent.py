@@ -385,3 +385,52 @@ class AgentStoreOutageTest(AgentTestCase):
         done = self.wait_status(c, queued["task_id"], "completed")
         self.assertEqual(done["completed_by"], inst)
         self.assertEqual(done["reclaims"], 0)
+
+
+class HeartbeatsUnreachableClient(Client):
+    """A Client whose heartbeats fail as if the server could not be reached
+    while ``down`` is set (a server being restarted)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.down = threading.Event()
+
+    def _refuse(self, op: str) -> None:
+        from vigil_client import UnreachableError
+
+        raise UnreachableError("connection refused (test fault)", op=op)
+
+    def process_heartbeat(self, *args: Any, **kw: Any) -> Any:
+        if self.down.is_set():
+            self._refuse("heartbeat process")
+        return super().process_heartbeat(*args, **kw)
+
+    def task_heartbeat(self, *args: Any, **kw: Any) -> Any:
+        if self.down.is_set():
+            self._refuse("heartbeat task")
+        return super().task_heartbeat(*args, **kw)
+
+
+class AgentFencedReleaseTest(AgentTestCase):
+    """A handler stopped by the fence has its task released, not failed: a
+    server restart must not count an attempt (attacker finding F3)."""
+
+    def test_fenced_handler_releases_its_task(self):
+        url = self.start_server("--sweep-interval", "1h")
+        c = Client(url)
+        started = threading.Event()
+
+        def work(task: Task) -> str:
+            started.set()
+            task.cancelled.wait(30)
+            raise RuntimeError(f"interrupted: {task.cancel_cause}")
+
+        net = HeartbeatsUnreachableClient(url)
+        queued = c.enqueue("work")  # claimed at the agent's first poll; the next is an hour away
+        self.run_agent(url, {"work": work}, client=net, settings=Settings(liveness_interval=0.1, heartbeat_interval=0.1, poll_interval=3600))
+        self.assertTrue(started.wait(30))
+        net.down.set()
+        row = self.wait_status(c, queued["task_id"], "scheduled")
+        net.down.clear()
+        self.assertEqual((row["attempts"], row["reclaims"]), (0, 0), row.get("last_error"))
+        eventually(10, "the release to be logged", lambda: self.records.has("handler stopped by the fence: releasing the task"))

@@ -761,6 +761,13 @@ class _Runner:
                     done, stopping = bool(box), self.a._stopping
                 if done:
                     stop_keeper()
+                    if box[0][0] != "ok" and isinstance(task.cancel_cause, FencedError):
+                        # Stopped by the fence (the server could not be
+                        # reached), not a failure of the work: hand the task
+                        # back without counting an attempt.
+                        self.log.warning(_fmt("handler stopped by the fence: releasing the task, no attempt counted", **f))
+                        self.send_outcome(f, "release", lambda: self.client.release(lease), task._keep_until)
+                        return
                     self.report(f, lease, box[0], task._keep_until)
                     return
                 if stopping and grace_deadline is None:
