@@ -213,6 +213,11 @@ func TestParseFleetInvalid(t *testing.T) {
 		{"CommentOnly", "# nothing\n", []string{`fleet: empty document`}},
 		{"NotAMapping", "- a\n", []string{`line 1: top level must be a mapping with an "agents" list`}},
 		{"Syntax", "agents: [\n", []string{"fleet: yaml:"}},
+		// yaml.v3 names no line for a problem on the first, nor for a byte
+		// its reader refuses; ParseFleet adds it.
+		{"SyntaxOnFirstLine", `"`, []string{"fleet: yaml: line 1: found unexpected end of stream"}},
+		{"ControlCharacter", "agents:\n  - name: a\x01\n", []string{"fleet: yaml: line 2: control characters are not allowed"}},
+		{"InvalidUTF8", "# ok\n\n\xff: x\n", []string{"fleet: yaml: line 3: invalid leading UTF-8 octet"}},
 		{"TwoDocuments", "agents: [{name: a, command: [x]}]\n---\nagents: []\n", []string{"more than one YAML document"}},
 		{"UnknownTopLevelKey", "agents: [{name: a, command: [x]}]\nagent: []\n", []string{`line 2: unknown field "agent" (known: agents)`}},
 		{"NoAgentsKey", "{}\n", []string{"agents: must list at least one agent"}},
