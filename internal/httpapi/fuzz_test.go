@@ -93,7 +93,7 @@ func newFuzzFixture(t testing.TB) *fuzzFixture {
 		Timeline: &dashboard.Service{Registry: srv.Registry, Liveness: srv.Liveness, Events: srv.Events, Now: clk.Now},
 	})
 	require.NoError(t, err)
-	db, err := sql.Open("sqlite", path+"?mode=ro&_pragma=busy_timeout(10000)")
+	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)&_pragma=query_only(1)")
 	require.NoError(t, err)
 	db.SetMaxOpenConns(1) // data_version is per connection
 	t.Cleanup(func() { db.Close() })
