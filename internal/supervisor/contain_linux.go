@@ -27,16 +27,6 @@ func becomeSubreaper() error {
 	return nil
 }
 
-// procInfo is what the reaper and the generation scans read from
-// /proc/<pid>/stat.
-type procInfo struct {
-	pid, ppid, pgid, sid int
-	state                byte
-}
-
-// live reports whether the process is running (not a zombie or dead).
-func (p procInfo) live() bool { return p.state != 'Z' && p.state != 'X' }
-
 // listProcs reads every process's /proc/<pid>/stat. Processes that exit
 // meanwhile are skipped.
 func listProcs() ([]procInfo, error) {
@@ -60,69 +50,6 @@ func listProcs() ([]procInfo, error) {
 		procs = append(procs, p)
 	}
 	return procs, nil
-}
-
-// parseProcStatFull extracts state, ppid, pgrp and session from
-// "pid (comm) state ppid pgrp session …".
-func parseProcStatFull(stat []byte) (procInfo, bool) {
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return procInfo{}, false
-	}
-	rest := stat[i+1:]
-	state, rest, ok := nextStatField(rest)
-	if !ok || len(state) != 1 {
-		return procInfo{}, false
-	}
-	var nums [3]int
-	for j := range nums {
-		var f []byte
-		if f, rest, ok = nextStatField(rest); !ok {
-			return procInfo{}, false
-		}
-		n, ok := atoiBytes(f)
-		if !ok {
-			return procInfo{}, false
-		}
-		nums[j] = n
-	}
-	return procInfo{state: state[0], ppid: nums[0], pgid: nums[1], sid: nums[2]}, true
-}
-
-// nextStatField splits the next space-separated field off b.
-func nextStatField(b []byte) (field, rest []byte, ok bool) {
-	for len(b) > 0 && isStatSpace(b[0]) {
-		b = b[1:]
-	}
-	j := 0
-	for j < len(b) && !isStatSpace(b[j]) {
-		j++
-	}
-	return b[:j], b[j:], j > 0
-}
-
-func isStatSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\t' }
-
-// atoiBytes parses a decimal int, optionally negative, without allocating.
-func atoiBytes(b []byte) (int, bool) {
-	neg := len(b) > 0 && b[0] == '-'
-	if neg {
-		b = b[1:]
-	}
-	if len(b) == 0 || len(b) > 18 {
-		return 0, false
-	}
-	n := 0
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int(c-'0')
-	}
-	if neg {
-		n = -n
-	}
-	return n, true
 }
 
 // environHas reports whether process pid's initial environment (the one it
@@ -253,16 +180,11 @@ func procStartTime(pid int) (uint64, bool) {
 	if err != nil {
 		return 0, false
 	}
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
+	state, start, ok := parseStatStartTime(stat)
+	if !ok || state == 'Z' || state == 'X' {
 		return 0, false
 	}
-	f := bytes.Fields(stat[i+1:])
-	if len(f) < 20 || f[0][0] == 'Z' || f[0][0] == 'X' {
-		return 0, false
-	}
-	t, err := strconv.ParseUint(string(f[19]), 10, 64)
-	return t, err == nil
+	return start, true
 }
 
 // generationOf returns the EnvGeneration value of process pid, if any.

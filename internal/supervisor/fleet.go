@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -150,7 +151,7 @@ func parseFleet(data []byte) (*Fleet, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, errors.New(`empty document: want a mapping with an "agents" list`)
 		}
-		return nil, err
+		return nil, yamlError(data, err)
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
@@ -383,4 +384,39 @@ func deref(n *yaml.Node) *yaml.Node {
 
 func isNull(n *yaml.Node) bool {
 	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+// yamlError gives a YAML syntax error the line yaml.v3 leaves out of it: it
+// writes "line N: " only past the first line, and never for a byte its
+// reader refuses (invalid UTF-8, a control character), so that `"` alone
+// would be reported as just "yaml: found unexpected end of stream".
+func yamlError(data []byte, err error) error {
+	msg, ok := strings.CutPrefix(err.Error(), "yaml: ")
+	if !ok || strings.HasPrefix(msg, "line ") {
+		return err
+	}
+	line := 1
+	if i := unreadableOffset(data); i >= 0 {
+		line += bytes.Count(data[:i], []byte{'\n'})
+	}
+	return fmt.Errorf("yaml: line %d: %s", line, msg)
+}
+
+// unreadableOffset is the offset of the first byte of data that is not
+// valid UTF-8 or is a character YAML does not allow (yaml.v3's reader
+// check), -1 when there is none.
+func unreadableOffset(data []byte) int {
+	for i := 0; i < len(data); {
+		r, size := utf8.DecodeRune(data[i:])
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			return i
+		case r == '\t', r == '\n', r == '\r', r >= 0x20 && r <= 0x7E, r == 0x85,
+			r >= 0xA0 && r <= 0xD7FF, r >= 0xE000 && r <= 0xFFFD, r >= 0x10000 && r <= utf8.MaxRune:
+		default:
+			return i
+		}
+		i += size
+	}
+	return -1
 }

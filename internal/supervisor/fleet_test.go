@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 )
 
 func TestLoadFleet(t *testing.T) {
@@ -212,6 +214,11 @@ func TestParseFleetInvalid(t *testing.T) {
 		{"CommentOnly", "# nothing\n", []string{`fleet: empty document`}},
 		{"NotAMapping", "- a\n", []string{`line 1: top level must be a mapping with an "agents" list`}},
 		{"Syntax", "agents: [\n", []string{"fleet: yaml:"}},
+		// yaml.v3 names no line for a problem on the first, nor for a byte
+		// its reader refuses; ParseFleet adds it.
+		{"SyntaxOnFirstLine", `"`, []string{"fleet: yaml: line 1: found unexpected end of stream"}},
+		{"ControlCharacter", "agents:\n  - name: a\x01\n", []string{"fleet: yaml: line 2: control characters are not allowed"}},
+		{"InvalidUTF8", "# ok\n\n\xff: x\n", []string{"fleet: yaml: line 3: invalid leading UTF-8 octet"}},
 		{"TwoDocuments", "agents: [{name: a, command: [x]}]\n---\nagents: []\n", []string{"more than one YAML document"}},
 		{"UnknownTopLevelKey", "agents: [{name: a, command: [x]}]\nagent: []\n", []string{`line 2: unknown field "agent" (known: agents)`}},
 		{"NoAgentsKey", "{}\n", []string{"agents: must list at least one agent"}},
@@ -295,4 +302,85 @@ agents:
 	// Output:
 	// worker-1 [go run ./examples/worker] map[VIGIL_WORKER_LIVENESS_INTERVAL:5s]
 	// fleet: agents[1].command: must not be empty (agent "worker-2")
+}
+
+// fleetYAML writes a Fleet back as a fleet file, for FuzzParseFleet's
+// round trip.
+type fleetYAML struct {
+	Agents []agentYAML `yaml:"agents"`
+}
+
+type agentYAML struct {
+	Name           string            `yaml:"name"`
+	Command        []string          `yaml:"command"`
+	Env            map[string]string `yaml:"env,omitempty"`
+	Dir            string            `yaml:"dir,omitempty"`
+	StartupTimeout string            `yaml:"startup_timeout,omitempty"`
+}
+
+// fleetErrorLineRE matches where a fleet error without an agents[i] field
+// points: "line 3", "lines 1 and 2".
+var fleetErrorLineRE = regexp.MustCompile(`\blines? [0-9]`)
+
+// FuzzParseFleet drives the fleet file parser with arbitrary documents.
+// Invariants: no panic; an error starts "fleet: " and each of its lines
+// says where the problem is (an agents[i] field, a line, or the document);
+// a fleet it accepts has agents, passes validateAgents again, and written
+// back as YAML parses to the same fleet.
+func FuzzParseFleet(f *testing.F) {
+	if b, err := os.ReadFile(filepath.Join("..", "..", "examples", "fleet.yaml")); err == nil {
+		f.Add(b)
+	}
+	for _, s := range []string{
+		"agents:\n  - name: worker-1\n    command: [\"go\", \"run\", \"./examples/worker\"]\n    env: {VIGIL_WORKER_LIVENESS_INTERVAL: \"5s\", EMPTY: \"\"}\n    dir: \".\"\n  - name: critic.v2_b\n    command:\n      - /usr/bin/env\n      - \"\"\n    dir: sub/dir\n",
+		"agents:\n  - name: a\n    command: &cmd [go, run, ./w]\n    env: &env {K: v}\n  - name: b\n    command: *cmd\n    env: *env\n",
+		"agents: [{name: a, command: [x], startup_timeout: 90s}]\n",
+		"agents: [{name: a, command: [x], env: {}, dir: ~, startup_timeout: ~}]\n",
+		"agents: [{name: a, command: [x], env: {A: ~, B: 1, C: true, D: '0x1F'}}]\n",
+		"agents:\n  - name: a\n    name: b\n    command: [x]\n",
+		"agents: [{name: 'my worker', command: [go, {x: y}], env: {'A=B': c, '': d, VIGIL_KIND: e}}]\n",
+		"agents: [{name: a, command: ['', \"a\\0b\"], env: {A: \"\\0\"}}]\n",
+		"agents: [{name: a, command: [x]}]\n---\nagents: []\n",
+		"agents: [\n",
+		"- a\n",
+		"",
+		"{<<: {agents: [{name: a, command: [x]}]}}\n",
+		"agents: [{name: a, command: [x], startup_timeout: 1h2m3.5s, dir: \"/tmp/a b\"}]\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fleet, err := ParseFleet(data)
+		if err != nil {
+			require.Nil(t, fleet)
+			msg := err.Error()
+			require.True(t, strings.HasPrefix(msg, "fleet: "), "error %q lacks the fleet: prefix", msg)
+			for line := range strings.SplitSeq(strings.TrimPrefix(msg, "fleet: "), "\n") {
+				require.True(t, strings.Contains(line, "agents") || fleetErrorLineRE.MatchString(line) || strings.Contains(line, "document"),
+					"error %q does not say where (input %q)", line, data)
+			}
+			return
+		}
+		require.NotEmpty(t, fleet.Agents)
+		require.Empty(t, validateAgents(fleet.Agents), "a parsed fleet must re-validate")
+
+		var doc fleetYAML
+		for _, a := range fleet.Agents {
+			ay := agentYAML{Name: a.Name, Command: a.Command, Env: a.Env, Dir: a.Dir}
+			if a.StartupTimeout > 0 {
+				ay.StartupTimeout = a.StartupTimeout.String()
+			}
+			doc.Agents = append(doc.Agents, ay)
+		}
+		out, err := yaml.Marshal(doc)
+		require.NoError(t, err)
+		again, err := ParseFleet(out)
+		require.NoError(t, err, "written back:\n%s", out)
+		for i := range fleet.Agents {
+			if len(fleet.Agents[i].Env) == 0 {
+				fleet.Agents[i].Env = nil // env: {} is written as no env
+			}
+		}
+		require.Equal(t, fleet, again, "written back:\n%s", out)
+	})
 }

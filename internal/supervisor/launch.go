@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -218,34 +217,15 @@ func processAlive(p *os.Process) bool {
 	return true // no /proc: a zombie cannot be told from a running process
 }
 
-// launchProcStat is what the rollback reads from /proc/<pid>/stat.
-type launchProcStat struct {
-	state byte
-	pgid  int
-}
-
-func (s launchProcStat) live() bool { return s.state != 'Z' && s.state != 'X' }
-
 // readLaunchProcStat reads the state and process group of pid from
-// /proc/<pid>/stat ("pid (comm) state ppid pgrp …", comm may contain spaces
-// and parentheses). It reports false where there is no such file (no /proc,
-// or no such process).
-func readLaunchProcStat(pid int) (launchProcStat, bool) {
+// /proc/<pid>/stat (parseProcStatFull). It reports false where there is no
+// such file (no /proc, or no such process).
+func readLaunchProcStat(pid int) (procInfo, bool) {
 	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return launchProcStat{}, false
+		return procInfo{}, false
 	}
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return launchProcStat{}, false
-	}
-	fields := bytes.Fields(stat[i+1:])
-	if len(fields) < 3 || len(fields[0]) != 1 {
-		return launchProcStat{}, false
-	}
-	pg, err := strconv.Atoi(string(fields[2]))
-	if err != nil {
-		return launchProcStat{}, false
-	}
-	return launchProcStat{state: fields[0][0], pgid: pg}, true
+	p, ok := parseProcStatFull(stat)
+	p.pid = pid
+	return p, ok
 }
