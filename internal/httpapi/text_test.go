@@ -70,6 +70,15 @@ func exerciseTextRule(t *testing.T, b *testBundle) {
 		{"reclaim reason escape", "POST", taskPath + "/reclaim", `{"lease_epoch":1,"reason":"stall\u001b[2K"}`, nil, 400, "invalid", "reason: " + text},
 		{"activity_at not a time", "POST", taskPath + "/heartbeat", lease(`,"schema_version":2,"activity_at":"yesterday"`), tok, 400, "invalid", "activity_at: must be an RFC 3339 time"},
 		{"activity_at not a string", "POST", taskPath + "/heartbeat", lease(`,"schema_version":2,"activity_at":17`), tok, 400, "invalid", "activity_at: must be an RFC 3339 time"},
+		// An instance id the server could never have issued is refused the
+		// same way on both stores, before the store (attacker finding F4:
+		// PostgreSQL answered 400 with driver text, SQLite 404).
+		{"instance id NUL in path", "POST", "/v1/processes/a%00b/heartbeat", "", tok, 400, "invalid", "instance_id: " + text},
+		{"instance id invalid UTF-8 in path", "POST", "/v1/processes/a%FFb/heartbeat", "", tok, 400, "invalid", "instance_id: " + text},
+		{"instance id NUL on read", "GET", "/v1/processes/a%00b", "", nil, 400, "invalid", "instance_id: " + text},
+		{"instance id NUL on exit", "POST", "/v1/processes/a%00b/exit", "", tok, 400, "invalid", "instance_id: " + text},
+		{"instance id NUL in claim", "POST", "/v1/tasks/claim", `{"instance_id":"a\u0000","task_types":["x"]}`, tok, 400, "invalid", "instance_id: " + text},
+		{"instance id NUL in lease call", "POST", taskPath + "/heartbeat", `{"instance_id":"a\u0000","lease_epoch":1}`, tok, 400, "invalid", "instance_id: " + text},
 	}
 	for _, tc := range cases {
 		r := b.do(tc.method, tc.path, tc.body, tc.headers...)
@@ -78,6 +87,8 @@ func exerciseTextRule(t *testing.T, b *testBundle) {
 			code, msg := r.errorCode(t)
 			require.Equal(t, tc.code, code, tc.name)
 			require.Contains(t, msg, tc.msg, tc.name)
+			require.NotContains(t, msg, "UTF8", tc.name)
+			require.NotContains(t, msg, "0x00", tc.name)
 		}
 	}
 	// Nothing refused was stored.

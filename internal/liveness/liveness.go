@@ -157,6 +157,9 @@ func (s *Service) Register(ctx context.Context, p RegisterParams) (*Registered, 
 // ErrNotFound, ErrInvalidToken, ErrInstanceExited. With group commit
 // running it returns once the transaction holding the heartbeat committed.
 func (s *Service) Heartbeat(ctx context.Context, instanceID, token string) (*vigiltype.Process, error) {
+	if err := CheckInstanceID(instanceID); err != nil {
+		return nil, err
+	}
 	p := store.ProcessHeartbeatParams{InstanceID: instanceID, TokenHash: HashToken(token)}
 	if s.commit != nil {
 		if r, ok := s.commit.submit(ctx, p, s.clock.Now); ok {
@@ -170,6 +173,9 @@ func (s *Service) Heartbeat(ctx context.Context, instanceID, token string) (*vig
 // Exit records a clean exit: the instance shows stopped at once and the
 // lease sweeper reclaims whatever it still holds on its next pass.
 func (s *Service) Exit(ctx context.Context, instanceID, token string) (*vigiltype.Process, error) {
+	if err := CheckInstanceID(instanceID); err != nil {
+		return nil, err
+	}
 	return s.store.ProcessMarkExited(ctx, store.ProcessMarkExitedParams{
 		InstanceID: instanceID, TokenHash: HashToken(token), Now: s.clock.Now(),
 	})
@@ -178,12 +184,26 @@ func (s *Service) Exit(ctx context.Context, instanceID, token string) (*vigiltyp
 // Authenticate checks that token belongs to instanceID.
 // Errors: ErrNotFound, ErrInvalidToken.
 func (s *Service) Authenticate(ctx context.Context, instanceID, token string) error {
+	if err := CheckInstanceID(instanceID); err != nil {
+		return err
+	}
 	return s.store.ProcessCheckToken(ctx, instanceID, HashToken(token))
 }
 
 // Get returns one instance with its status at now.
 func (s *Service) Get(ctx context.Context, instanceID string) (*vigiltype.Process, error) {
+	if err := CheckInstanceID(instanceID); err != nil {
+		return nil, err
+	}
 	return s.store.ProcessGet(ctx, instanceID, s.clock.Now())
+}
+
+// CheckInstanceID refuses an instance id no server could have issued —
+// invalid UTF-8 or a control character — with one 400 naming instance_id,
+// before any store sees it, so both backends answer alike and no driver
+// text reaches a client. Any other unknown id is ErrNotFound from the store.
+func CheckInstanceID(id string) error {
+	return vigiltype.CheckText("instance_id", id)
 }
 
 // Latest returns the most recently started instance of kind (DESIGN L4
