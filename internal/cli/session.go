@@ -128,6 +128,14 @@ func claimInto(ctx context.Context, c *vigilclient.Client, st heartbeat.State, i
 		}
 	} else {
 		t, err = c.Claim(ctx, inst, types)
+		if errors.Is(err, vigiltype.ErrInstanceStopped) {
+			// A short --interval on a slow machine: the instance's alive
+			// window ended between its registration and this claim. One
+			// liveness heartbeat makes it alive again; claim once more.
+			if _, herr := c.ProcessHeartbeat(ctx, inst); herr == nil {
+				t, err = c.Claim(ctx, inst, types)
+			}
+		}
 	}
 	if err != nil || t == nil {
 		return nil, err

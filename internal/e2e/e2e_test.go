@@ -293,7 +293,9 @@ func TestFrozenWorkerIsFencedOff(t *testing.T) {
 	t.Parallel()
 	const leaseWindow = 2 * time.Second
 	url := startServer(t, "--sweep-interval", "200ms", "--lease-timeout", leaseWindow.String())
-	workers := startWorkers(t, url, 2, workerEnv(url, "500ms", "300ms"))
+	// A 1s liveness interval (a 3s alive window): the successor must not be
+	// fenced by a loaded machine while the frozen one is.
+	workers := startWorkers(t, url, 2, workerEnv(url, "1s", "300ms"))
 
 	// The handler ignores cancellation so that the frozen worker, once
 	// resumed, really tries to complete.
