@@ -68,6 +68,9 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if errors.Is(err, vigiltype.ErrUnauthorized) {
 		fmt.Fprintln(stderr, "vigil: this server needs its bearer token: --token-file FILE (env VIGIL_TOKEN_FILE), the file the server was started with")
 	}
+	if err != nil && strings.Contains(err.Error(), "HTTP request to an HTTPS server") {
+		fmt.Fprintln(stderr, "vigil: the server speaks HTTPS: use --server https://… (with --ca-file FILE if a private CA signed its certificate)")
+	}
 	if certificateError(err) {
 		fmt.Fprintln(stderr, "vigil: the server's certificate is not trusted: --ca-file FILE (env VIGIL_CA_FILE), the CA certificate that signed it")
 	}

@@ -99,7 +99,9 @@ func (a *api) authorize(rt Route, h http.Handler) http.Handler {
 // route, status, the role of its token and the instance it acted for.
 // Routine agent traffic — liveness and lease heartbeats, a claim that found
 // nothing — is at DEBUG, a refusal for want of a role at WARN, every other
-// write at INFO.
+// write at INFO; on a server without token files (loopback, every caller
+// the operator) every write is at DEBUG, so the quick start's terminal is
+// not doubled by it.
 func (a *api) audit(r *http.Request, status int) {
 	if !isWrite(r) || !strings.HasPrefix(r.URL.Path, "/v1/") || r.Pattern == "" || status == http.StatusUnauthorized {
 		return // not a write, no such route, or refused before any role (logged by refused)
@@ -109,7 +111,7 @@ func (a *api) audit(r *http.Request, status int) {
 	switch {
 	case status == http.StatusForbidden:
 		level = slog.LevelWarn
-	case status < 300 && c.routine:
+	case status < 300 && c.routine, a.Keyring == nil:
 		level = slog.LevelDebug
 	}
 	a.Logger.Log(r.Context(), level, "audit", "method", r.Method, "route", r.Pattern, "path", r.URL.Path,
