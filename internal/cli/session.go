@@ -270,11 +270,17 @@ fresh (vigil touch-activity). Finish with vigil tasks complete|fail|release
 				return err
 			}
 			t, err := claimInto(ctx, c, st, inst, args, id)
-			if err != nil {
-				return err
+			if err == nil && t == nil {
+				err = &exitError{err: fmt.Errorf("no claimable task of type %v", args), code: exitNotFound}
 			}
-			if t == nil {
-				return &exitError{err: fmt.Errorf("no claimable task of type %v", args), code: exitNotFound}
+			if err != nil {
+				// Nothing keeps a session instance without a task alive:
+				// it ends here rather than show alive for its window (the
+				// next claim registers a fresh one).
+				if _, xerr := c.ProcessExit(context.WithoutCancel(ctx), inst); xerr != nil && !errors.Is(xerr, vigiltype.ErrInstanceExited) {
+					return errors.Join(err, fmt.Errorf("mark instance %s exited: %w", inst.ID, xerr))
+				}
+				return err
 			}
 			out := sessionClaim{
 				InstanceID: inst.ID, InstanceFile: st.Path(heartbeat.InstanceFile), TaskID: t.TaskID,

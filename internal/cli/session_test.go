@@ -82,10 +82,17 @@ func TestSessionClaimComplete(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "failed task 2")
 
-	// Nothing claimable: exit 3.
+	// Nothing claimable: exit 3, and the session instance is marked exited
+	// (issue #12: every CLI path that registers an instance ends it on
+	// every way out).
 	code, _, errOut = run(t, "tasks", "claim", "nothing", "--workdir", dir, "--parent-pid", self, "--no-heartbeat", "--server", srv.URL)
 	require.Equal(t, exitNotFound, code, errOut)
 	require.Contains(t, errOut, "no claimable task")
+	is, err = st.ReadInstance()
+	require.NoError(t, err)
+	p, err := srv.Liveness.Get(t.Context(), is.InstanceID)
+	require.NoError(t, err)
+	require.NotNil(t, p.ExitedAt, "the session instance is marked exited")
 
 	code, _, errOut = run(t, "tasks", "release", "--workdir", dir, "--server", srv.URL)
 	require.Equal(t, exitFailure, code)
