@@ -287,7 +287,7 @@ func TestForbiddenSaysWhichToken(t *testing.T) {
 	code, _, errOut = run(t, "prune", "--server", srv.URL, "--token-file", read, "--older-than", "1h")
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, errOut, "needs the operator role; this token has the read role")
-	require.Contains(t, errOut, "use an operator token")
+	require.Contains(t, errOut, "use a token of the role the message names")
 	code, _, errOut = run(t, "prune", "--server", srv.URL, "--token-file", op, "--older-than", "1h")
 	require.Equal(t, exitOK, code, errOut)
 }

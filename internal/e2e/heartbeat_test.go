@@ -206,16 +206,18 @@ func TestHeartbeatLoopIsActivityGated(t *testing.T) {
 	touched := fi.ModTime().UTC().Truncate(time.Millisecond)
 	eventually(t, 30*time.Second, "lease heartbeats to resume", func() bool { l, _ := cnt.counts(); return l > lease1 })
 
+	// The activity goes as its age on this host's clock (DESIGN T7), and
+	// the server places it on its own: here the same machine's clock, so
+	// within a request's time of the touch.
 	body := cnt.last()
 	require.EqualValues(t, 2, body["schema_version"])
-	at, err := time.Parse(time.RFC3339Nano, body["activity_at"].(string))
-	require.NoError(t, err)
-	require.True(t, at.Equal(touched), "activity_at %s, touched %s", at, touched)
+	require.Contains(t, body, "activity_age_ms")
+	require.NotContains(t, body, "activity_at")
 
 	var task vigiltype.Task
 	vigil(t, url, &task, "tasks", "show", "1")
 	require.NotNil(t, task.LastActivityAt)
-	require.True(t, task.LastActivityAt.Equal(touched), "last_activity_at %s, touched %s", task.LastActivityAt, touched)
+	require.WithinDuration(t, touched, *task.LastActivityAt, time.Second, "last_activity_at %s, touched %s", task.LastActivityAt, touched)
 	require.Equal(t, 2, task.HeartbeatSchemaVersion)
 
 	code, out, errOut := runVigil(t, "tasks", "complete", "--workdir", dir, "--server", url)

@@ -81,7 +81,9 @@ class WorkerTest(VigilTestCase):
     def test_sigterm_drains_with_liveness_kept_up(self):
         url = self.start_server()
         c = Client(url)
-        w = self.start_worker(url, liveness="300ms", heartbeat="200ms")
+        # 1s liveness (a 3s alive window): a loaded machine's late heartbeat
+        # must not read as the drain stopping liveness.
+        w = self.start_worker(url, liveness="1s", heartbeat="200ms")
         queued = self.enqueue(c, {"seconds": 2})
         running = self.holder(c, queued["task_id"])
         inst = running["lease_owner"]
