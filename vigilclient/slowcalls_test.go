@@ -147,17 +147,21 @@ func TestAgentRidesOutAStoreOutage(t *testing.T) {
 				return nil, context.Cause(ctx)
 			}
 		},
-	}, vigilclient.Settings{LivenessInterval: 100 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, PollInterval: 20 * time.Millisecond})
+	}, vigilclient.Settings{LivenessInterval: 500 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, PollInterval: 20 * time.Millisecond})
 	a.Client = client
 	a.DrainGrace = time.Second
-	task := b.enqueue(t, vigilclient.EnqueueParams{TaskType: "long", LeaseTimeout: time.Second})
+	// Windows a loaded machine meets before the outage (1.5s alive, 3s
+	// lease); the outage below lasts longer than both.
+	task := b.enqueue(t, vigilclient.EnqueueParams{TaskType: "long", LeaseTimeout: 3 * time.Second})
 	start(t, a)
 	waitFor(t, "the claim", func() bool { return b.task(t, task.TaskID).Status == vigiltype.TaskRunning })
 	inst := a.InstanceID()
 
-	// Three alive windows (300ms) and the lease window (1s) twice over.
+	// 503s for longer than the alive window (1.5s) and the lease window (3s).
 	down.down.Store(true)
-	waitFor(t, "2s of 503s", func() bool { return down.seen.Load() >= 40 })
+	waitFor(t, "the first 503", func() bool { return down.seen.Load() >= 1 })
+	outageFrom := time.Now()
+	waitFor(t, "4s of 503s", func() bool { return time.Since(outageFrom) > 4*time.Second && down.seen.Load() >= 20 })
 	select {
 	case cause := <-causes:
 		t.Fatalf("handler cancelled during the store outage: %v", cause)

@@ -79,7 +79,10 @@ func TestTwoServersOneDiesNothingIsLost(t *testing.T) {
 
 	const total = 16
 	for range total {
-		enqueue(t, urlB, `{"seconds":2}`)
+		// 4s: the task the test picks is still running when the SIGKILL
+		// lands, even on a loaded machine (with 2s it sometimes finished
+		// in between, and its reclaim count was 0).
+		enqueue(t, urlB, `{"seconds":4}`)
 	}
 	eventually(t, 30*time.Second, "work to start", func() bool {
 		return countStatus(allTasks(t, urlB), vigiltype.TaskRunning) >= 2

@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -25,9 +26,11 @@ const (
 // (refused, timed out, DNS), a connection lost or closed mid-call, a
 // network error, or the server refusing with a connection-exception or
 // shutdown SQLSTATE (08xxx, 53300, 57P01–57P03). A query's own error (a
-// constraint, bad input) is not.
+// constraint, bad input) is not, nor a call its caller cancelled (a client
+// that hung up): that says nothing of the store, and counting it would
+// give every instance an outage grace (DESIGN L8) each time one did.
 func IsUnavailable(err error) bool {
-	if err == nil {
+	if err == nil || errors.Is(err, context.Canceled) {
 		return false
 	}
 	var pgErr *pgconn.PgError

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -27,6 +28,20 @@ func TestIsUnavailable(t *testing.T) {
 	require.True(t, IsUnavailable(fmt.Errorf("x: %w", io.ErrUnexpectedEOF)))
 	require.False(t, IsUnavailable(vigiltype.ErrStaleEpoch))
 	require.False(t, IsUnavailable(nil))
+
+	// A call its caller cancelled (a client that hung up) says nothing of
+	// the store: it must not count as an outage (it gave every instance a
+	// grace in a CI run). A real cancelled query, as pgx reports it:
+	if url := os.Getenv("VIGIL_TEST_POSTGRES_URL"); url != "" {
+		pool, err := connect(context.Background(), url)
+		require.NoError(t, err)
+		defer pool.Close()
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, err = pool.Exec(ctx, "SELECT 1")
+		require.Error(t, err)
+		require.False(t, IsUnavailable(err), "%v", err)
+	}
 
 	// A closed port on loopback: a real connect error from pgx.
 	_, err := connect(context.Background(), "postgres://postgres@127.0.0.1:1/x?sslmode=disable&connect_timeout=2")
