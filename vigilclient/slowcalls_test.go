@@ -218,6 +218,7 @@ func TestFencedHandlerReleasesItsTask(t *testing.T) {
 		},
 	}, vigilclient.Settings{LivenessInterval: 100 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, PollInterval: time.Hour})
 	a.Client = client
+	a.DrainGrace = time.Second // the re-registered agent claims the task again; the cleanup's stop drains it
 	task := b.enqueue(t, vigilclient.EnqueueParams{TaskType: "long"})
 	start(t, a)
 	waitFor(t, "the claim", func() bool { return b.task(t, task.TaskID).Status == vigiltype.TaskRunning })
