@@ -182,7 +182,9 @@ func TestSQLiteLockedPastBusyTimeoutIs503(t *testing.T) {
 	b := setup(t, testserver.WithDB(path))
 	b.enqueue(`{"task_type":"sleep"}`)
 
-	db, err := sql.Open("sqlite", path)
+	// With a busy timeout of its own: the server writes every second (its
+	// store pulse), and BEGIN EXCLUSIVE must wait for that, not fail.
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(20000)")
 	require.NoError(t, err)
 	defer db.Close()
 	conn, err := db.Conn(t.Context())
