@@ -18,6 +18,31 @@ import (
 	"github.com/vigil-fleet/vigil/vigiltype"
 )
 
+// clientVia is a Client for b's server whose requests go through rt (a
+// transport that injects a fault).
+func (b *testBundle) clientVia(t *testing.T, rt http.RoundTripper) *vigilclient.Client {
+	t.Helper()
+	hc := &http.Client{Transport: rt, Timeout: 10 * time.Second}
+	t.Cleanup(hc.CloseIdleConnections)
+	client, err := vigilclient.New([]string{b.srv.URL}, vigilclient.WithHTTPClient(hc))
+	require.NoError(t, err)
+	return client
+}
+
+// untilFinished is a handler that returns "done" once finish is closed, or
+// sends its cancellation cause to causes and returns it.
+func untilFinished(finish <-chan struct{}, causes chan<- error) vigilclient.Handler {
+	return func(ctx context.Context, _ *vigilclient.Task) (any, error) {
+		select {
+		case <-finish:
+			return "done", nil
+		case <-ctx.Done():
+			causes <- context.Cause(ctx)
+			return nil, context.Cause(ctx)
+		}
+	}
+}
+
 // slowHeartbeats delays every heartbeat request (liveness and lease) by
 // delay before sending it, as a loaded machine or a slow network does.
 type slowHeartbeats struct {
@@ -47,23 +72,12 @@ func TestAgentKeepsLeaseWhenHeartbeatsAreSlowerThanTheInterval(t *testing.T) {
 	leaseTimeout := 2 * time.Second
 	b := setup(t, testserver.WithLeaseTimeout(leaseTimeout), testserver.WithSweepInterval(20*time.Millisecond))
 	slow := &slowHeartbeats{next: &http.Transport{}, delay: 150 * time.Millisecond}
-	hc := &http.Client{Transport: slow, Timeout: 10 * time.Second}
-	t.Cleanup(hc.CloseIdleConnections)
-	client, err := vigilclient.New([]string{b.srv.URL}, vigilclient.WithHTTPClient(hc))
-	require.NoError(t, err)
+	client := b.clientVia(t, slow)
 
 	finish := make(chan struct{})
 	causes := make(chan error, 1)
 	a := b.agent("slow", map[string]vigilclient.Handler{
-		"long": func(ctx context.Context, task *vigilclient.Task) (any, error) {
-			select {
-			case <-finish:
-				return "done", nil
-			case <-ctx.Done():
-				causes <- context.Cause(ctx)
-				return nil, context.Cause(ctx)
-			}
-		},
+		"long": untilFinished(finish, causes),
 	}, vigilclient.Settings{HeartbeatInterval: 50 * time.Millisecond, PollInterval: 20 * time.Millisecond})
 	a.Client = client
 	a.DrainGrace = time.Second
@@ -130,23 +144,12 @@ func TestAgentRidesOutAStoreOutage(t *testing.T) {
 	t.Parallel()
 	b := setup(t, testserver.WithSweepInterval(time.Hour))
 	down := &storeDown{next: &http.Transport{}}
-	hc := &http.Client{Transport: down, Timeout: 10 * time.Second}
-	t.Cleanup(hc.CloseIdleConnections)
-	client, err := vigilclient.New([]string{b.srv.URL}, vigilclient.WithHTTPClient(hc))
-	require.NoError(t, err)
+	client := b.clientVia(t, down)
 
 	finish := make(chan struct{})
 	causes := make(chan error, 1)
 	a := b.agent("outage", map[string]vigilclient.Handler{
-		"long": func(ctx context.Context, task *vigilclient.Task) (any, error) {
-			select {
-			case <-finish:
-				return "done", nil
-			case <-ctx.Done():
-				causes <- context.Cause(ctx)
-				return nil, context.Cause(ctx)
-			}
-		},
+		"long": untilFinished(finish, causes),
 	}, vigilclient.Settings{LivenessInterval: 500 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, PollInterval: 20 * time.Millisecond})
 	a.Client = client
 	a.DrainGrace = time.Second
@@ -204,10 +207,7 @@ func TestFencedHandlerReleasesItsTask(t *testing.T) {
 	t.Parallel()
 	b := setup(t, testserver.WithSweepInterval(time.Hour)) // the server takes nothing back meanwhile
 	net := &heartbeatsUnreachable{next: &http.Transport{}}
-	hc := &http.Client{Transport: net, Timeout: 10 * time.Second}
-	t.Cleanup(hc.CloseIdleConnections)
-	client, err := vigilclient.New([]string{b.srv.URL}, vigilclient.WithHTTPClient(hc))
-	require.NoError(t, err)
+	client := b.clientVia(t, net)
 
 	cancelled := make(chan error, 1)
 	a := b.agent("restarted", map[string]vigilclient.Handler{

@@ -27,6 +27,29 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// holderThenStop runs a server on a fresh SQLite file with clk and the
+// store pulse on, registers an instance (2s liveness interval) that claims
+// a task enqueued with p, and stops the server. It returns the options to
+// start the next server on the same file.
+func holderThenStop(t *testing.T, clk *clock.Fake, p lease.EnqueueParams) ([]testserver.Option, *liveness.Registered, *vigiltype.Task) {
+	t.Helper()
+	ctx := context.Background()
+	opts := []testserver.Option{
+		testserver.WithDB(filepath.Join(t.TempDir(), "vigil.db")), testserver.WithClock(clk),
+		testserver.WithPulseGap(3 * time.Second), testserver.WithSweepInterval(10 * time.Millisecond),
+	}
+	first := testserver.Start(t, opts...)
+	reg, err := first.Liveness.Register(ctx, liveness.RegisterParams{ProcessKind: "worker", Hostname: "h", PID: 1, LivenessIntervalS: 2})
+	require.NoError(t, err)
+	task, err := first.Lease.Enqueue(ctx, p)
+	require.NoError(t, err)
+	claimed, err := first.Lease.Claim(ctx, reg.InstanceID, reg.InstanceToken, []string{p.TaskType})
+	require.NoError(t, err)
+	require.Equal(t, task.TaskID, claimed.TaskID)
+	require.NoError(t, first.Stop())
+	return opts, reg, task
+}
+
 // A server that was down (here: stopped, then started again on the same
 // SQLite file ten minutes later) is an outage to the instances it serves:
 // none could heartbeat, so none is judged stopped, and no lease is
@@ -36,21 +59,8 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 func TestServerDowntimeIsAnOutage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := filepath.Join(t.TempDir(), "vigil.db")
 	clk := clock.NewFake(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
-	opts := []testserver.Option{
-		testserver.WithDB(db), testserver.WithClock(clk), testserver.WithPulseGap(3 * time.Second),
-		testserver.WithSweepInterval(10 * time.Millisecond),
-	}
-	first := testserver.Start(t, opts...)
-	reg, err := first.Liveness.Register(ctx, liveness.RegisterParams{ProcessKind: "worker", Hostname: "h", PID: 1, LivenessIntervalS: 2})
-	require.NoError(t, err)
-	task, err := first.Lease.Enqueue(ctx, lease.EnqueueParams{TaskType: "sleep"})
-	require.NoError(t, err)
-	claimed, err := first.Lease.Claim(ctx, reg.InstanceID, reg.InstanceToken, []string{"sleep"})
-	require.NoError(t, err)
-	require.Equal(t, task.TaskID, claimed.TaskID)
-	require.NoError(t, first.Stop())
+	opts, reg, task := holderThenStop(t, clk, lease.EnqueueParams{TaskType: "sleep"})
 
 	clk.Advance(10 * time.Minute)
 	second := testserver.Start(t, opts...)
@@ -112,20 +122,8 @@ func TestServerDowntimeIsAnOutage(t *testing.T) {
 func TestFutureDatedInstanceIsNotHeardFrom(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := filepath.Join(t.TempDir(), "vigil.db")
 	clk := clock.NewFake(time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC))
-	opts := []testserver.Option{
-		testserver.WithDB(db), testserver.WithClock(clk), testserver.WithPulseGap(3 * time.Second),
-		testserver.WithSweepInterval(10 * time.Millisecond),
-	}
-	first := testserver.Start(t, opts...)
-	reg, err := first.Liveness.Register(ctx, liveness.RegisterParams{ProcessKind: "worker", Hostname: "h", PID: 1, LivenessIntervalS: 2})
-	require.NoError(t, err)
-	task, err := first.Lease.Enqueue(ctx, lease.EnqueueParams{TaskType: "sleep", LeaseTimeoutS: 10})
-	require.NoError(t, err)
-	_, err = first.Lease.Claim(ctx, reg.InstanceID, reg.InstanceToken, []string{"sleep"})
-	require.NoError(t, err)
-	require.NoError(t, first.Stop())
+	opts, reg, task := holderThenStop(t, clk, lease.EnqueueParams{TaskType: "sleep", LeaseTimeoutS: 10})
 
 	clk.Set(clk.Now().Add(-time.Hour)) // the clock stepped back
 	second := testserver.Start(t, opts...)
